@@ -1,0 +1,35 @@
+# The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
+JOBS ?= $(shell nproc)
+PROMPT ?= Once upon a time
+.PHONY: all deps demo test test-debug build release format clean
+
+all: release
+
+deps:
+	@bash scripts/install-deps.sh
+
+release: deps
+	@cmake --preset release >/dev/null
+	@cmake --build --preset release -j $(JOBS)
+
+# Generates a story on the bundled model with an H2O-managed KV cache smaller than the generation.
+demo: release
+	./build/release/tools/h2okv/h2okv generate -p "$(PROMPT)" -n 200 --kv-policy h2o --kv-budget 64 --seed 1
+
+# Builds with warnings as errors (RelWithDebInfo, assertions on) and runs every test.
+test: deps
+	@cmake --preset ci >/dev/null
+	@cmake --build --preset ci -j $(JOBS)
+	@ctest --preset ci -j $(JOBS)
+
+# The same tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-debug: deps
+	@cmake --preset debug >/dev/null
+	@cmake --build --preset debug -j $(JOBS)
+	@ctest --preset debug -j $(JOBS)
+
+format:
+	@find include src tools tests bench \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
+
+clean:
+	rm -rf build
