@@ -1,0 +1,149 @@
+// KV eviction policies: the engine-agnostic heart of h2okv (no model, no kernels, no I/O).
+//
+// A policy manages one *slot table* per eviction unit (per (layer, KV head), per layer or per model, see
+// `granularity`). A slot table has `capacity()` slots; each slot is free or holds one token position and its
+// float64 score. The engine stores the K/V of a token in the slot with the same index in its own cache, so a
+// victim's slot is simply overwritten by a newcomer: nothing moves in memory.
+//
+// The chunk protocol implements SPEC.md's eviction contract exactly:
+//
+//   H2OKV_ASSIGN_OR_RETURN(auto pol, policy::kv_policy::create(params, layout, run_length));
+//   for each chunk [first, first + n):
+//       pol->begin_chunk(first, n);           // every unit gives chunk token i the slot chunk_slots(u)[i]
+//       for i in 0..n-1, for each unit u:     // query position first + i attends kept_slots(u) + chunk_slots(u)[0..i]
+//           row[slot] = sum over the unit's query heads of their softmax weight on that slot (as double)
+//           pol->add_row(u, i, row);          // skip it for a null row; rows of a unit in increasing i
+//       pol->end_chunk();                     // evicts down to budget; victims(u) lists who left
+//
+// Policies that do not read attention (`needs_attention() == false`: full, window, streaming) need no rows.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "h2okv/core/status.h"
+
+namespace h2okv::policy {
+
+// How many kept sets a model has: one per (layer, KV head), one per layer, or one for the whole model.
+enum class granularity { head, layer, model };
+const char* granularity_name(granularity g);
+result<granularity> parse_granularity(std::string_view s);  // "head" | "layer" | "model"
+
+// A KV budget: a token count ("256", >= 1) or a fraction of the run's length ("0.2", in (0, 1]).
+struct budget_spec {
+    bool is_fraction = false;
+    int64_t tokens = 0;     // when !is_fraction
+    double fraction = 0.0;  // when is_fraction
+
+    static budget_spec count(int64_t n) { return {false, n, 0.0}; }
+    static budget_spec of_length(double f) { return {true, 0, f}; }
+    // A value with a decimal point is a fraction; otherwise a count.
+    static result<budget_spec> parse(std::string_view text);
+    // max(1, floor(fraction * run_length)) for a fraction; the count otherwise.
+    result<int64_t> resolve(int64_t run_length) const;
+    std::string to_string() const;
+};
+
+// What the user asked for. Unset optionals take the policy's defaults (SPEC.md, the contract's table).
+struct params {
+    std::string name = "full";
+    std::optional<budget_spec> budget;
+    std::optional<int64_t> recent;
+    std::optional<int64_t> sinks;
+    std::optional<double> decay;
+    granularity gran = granularity::head;
+
+    // "h2o:budget=256,recent=192,decay=0.98,granularity=layer" (the part after ':' is optional).
+    // Unknown policy or parameter names are refused with the list of valid ones.
+    static result<params> parse(std::string_view spec);
+    std::string to_string() const;
+};
+
+// The parameters after defaults are applied and budgets resolved; what a policy actually runs with.
+struct resolved_params {
+    std::string name;
+    int64_t budget = 0;  // 0 for `full` (unbounded up to layout::max_positions)
+    int64_t recent = 0;
+    int64_t sinks = 0;
+    double decay = 1.0;
+    granularity gran = granularity::head;
+    std::string to_string() const;
+};
+
+// The model as the policy sees it.
+struct layout {
+    int n_layer = 1;
+    int n_kv_head = 1;          // per layer
+    int n_head = 1;             // query heads per layer; a multiple of n_kv_head
+    int max_chunk = 1;          // the largest chunk begin_chunk will be given
+    int64_t max_positions = 0;  // the context length: capacity of `full`, and the largest position + 1
+    status validate() const;
+};
+
+// The names of every registered policy, in registry order.
+std::vector<std::string> policy_names();
+
+class kv_policy {
+public:
+    // Applies the policy's defaults, resolves a fractional budget against `run_length` and validates the
+    // result (the error names the values and the rule they break).
+    static result<std::unique_ptr<kv_policy>> create(const params& p, const layout& l, int64_t run_length);
+    virtual ~kv_policy();
+
+    const resolved_params& config() const { return config_; }
+    const layout& shape() const { return layout_; }
+    // Whether add_row has any effect; engines skip score accumulation when false.
+    virtual bool needs_attention() const = 0;
+
+    int n_units() const;
+    int unit_of(int layer, int kv_head) const;
+    // Query heads that read `unit`: (layer, query head) pairs, layer-major, in ascending order. A row
+    // increment is the sum, in double and in this order, of these heads' weights.
+    std::vector<std::pair<int, int>> heads_of(int unit) const;
+    int64_t capacity() const;  // slots per unit: budget + max_chunk (`full`: max_positions)
+
+    // Starts the chunk of positions [first, first + n): first must follow the previous chunk, n <= max_chunk.
+    status begin_chunk(int64_t first, int n);
+    // Slots held before the chunk (each query of the chunk attends all of them), in no particular order.
+    std::span<const int32_t> kept_slots(int unit) const;
+    // The slot of chunk token i, for i in [0, n).
+    std::span<const int32_t> chunk_slots(int unit) const;
+    // The row increment of chunk query i of `unit`: `row` has capacity() entries indexed by slot (zero
+    // where the query did not attend). Decays then adds, per the contract. Not calling it for (unit, i)
+    // is a null row. Rows of one unit must come in increasing i.
+    void add_row(int unit, int i, const double* row);
+    // Admits the chunk and evicts, per unit, down to the budget.
+    status end_chunk();
+
+    // The positions the last end_chunk evicted from `unit`, ascending, and their (now free) slots.
+    std::span<const int64_t> victims(int unit) const;
+    std::span<const int32_t> victim_slots(int unit) const;
+
+    // Introspection (not for hot paths).
+    std::vector<int64_t> kept_positions(int unit) const;  // ascending
+    std::span<const int64_t> slot_positions(int unit) const;  // capacity() entries, -1 for a free slot
+    std::span<const double> slot_scores(int unit) const;      // capacity() entries
+    int64_t n_kept(int unit) const;
+    int64_t evictions(int unit) const;  // since creation or reset()
+    int64_t total_evictions() const;
+
+    // Back to the state right after create().
+    void reset();
+
+protected:
+    kv_policy(resolved_params config, layout l);
+
+private:
+    struct impl;
+    resolved_params config_;
+    layout layout_;
+    std::unique_ptr<impl> impl_;
+};
+
+}  // namespace h2okv::policy
