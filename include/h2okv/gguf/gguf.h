@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,23 +58,41 @@ enum class tensor_type : uint32_t {
 };
 // "F32", "Q8_0", ...; "type 17" for numbers h2okv does not know.
 std::string tensor_type_name(uint32_t t);
+std::string tensor_type_name(tensor_type t);
 bool is_known_tensor_type(uint32_t t);
 // Elements per block and bytes per block (F32: 1 and 4; Q8_0: 32 and 34; Q4_K: 256 and 144 ...).
+// Returns 0 for a value outside the enumeration.
 int64_t block_elements(tensor_type t);
 int64_t block_bytes(tensor_type t);
 
-// One metadata value. Arrays hold their elements (all of one type) as a vector of values.
+// One metadata value. `data` holds uint64_t for u8/u16/u32/u64, int64_t for i8/i16/i32/i64, double for
+// f32/f64, bool, std::string, or (for arrays) the elements, all of type `element_type`. Arrays of arrays
+// nest: each inner array carries its own element type and length. The make_* factories build consistent
+// values.
 struct value;
 using array = std::vector<value>;
 struct value {
     value_type type = value_type::u8;
     std::variant<uint64_t, int64_t, double, bool, std::string, array> data;
+    value_type element_type = value_type::u8;  // arrays only; kept so that empty arrays round-trip
+
+    static value make_uint(value_type t, uint64_t v);  // t: u8, u16, u32 or u64
+    static value make_int(value_type t, int64_t v);    // t: i8, i16, i32 or i64
+    static value make_float(value_type t, double v);   // t: f32 or f64
+    static value make_bool(bool v);
+    static value make_string(std::string v);
+    static value make_array(value_type element_type, array elements);
 
     // Integer value of any integer type (bool too); error for other types or out-of-range values.
     result<int64_t> as_int() const;
     result<double> as_float() const;  // f32, f64 or any integer type
     result<std::string> as_string() const;
     result<bool> as_bool() const;
+    // Elements of an array value (nullptr for other types).
+    const array* as_array() const { return std::get_if<array>(&data); }
+
+    // Same type tags and same data (so a NaN never equals itself).
+    friend bool operator==(const value&, const value&) = default;
 };
 
 struct tensor_info {
@@ -83,7 +102,7 @@ struct tensor_info {
     uint64_t offset = 0;              // relative to the data section
     const std::byte* data = nullptr;  // into the mapped file
     int64_t n_elements() const;
-    int64_t n_bytes() const;  // exact size of the data
+    int64_t n_bytes() const;  // exact size of the data (no padding)
 };
 
 class file {
@@ -101,8 +120,13 @@ public:
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
     size_t file_size() const { return size_; }
+    // Absolute byte offset of the tensor data section (may equal or exceed file_size() when there are no
+    // tensors).
+    uint64_t data_offset() const { return data_offset_; }
 
     const std::map<std::string, value>& metadata() const { return metadata_; }
+    // The keys in the order the file lists them (metadata() is sorted by key).
+    const std::vector<std::string>& keys() const { return keys_; }
     const value* find(std::string_view key) const;  // nullptr when absent
     bool has(std::string_view key) const { return find(key) != nullptr; }
     // Typed getters: an error naming the key when it is absent or has another type.
@@ -136,19 +160,29 @@ private:
     void* mapping_ = nullptr;  // non-null when this object owns an mmap
     uint32_t version_ = 0;
     uint64_t alignment_ = 32;
+    uint64_t data_offset_ = 0;
     std::map<std::string, value> metadata_;
+    std::vector<std::string> keys_;
     std::vector<tensor_info> tensors_;
+    std::map<std::string, size_t, std::less<>> tensor_index_;  // name -> index into tensors_
 };
 
 // Builds GGUF files (v3) in memory: fixtures for tests, synthetic models, malformed-file corpora.
 //
+// The writer lays the file out correctly (alignment, offsets, padding) but writes metadata values as given,
+// so tests can also build files the reader must refuse (an odd general.alignment, say). A value is encoded as
+// its type tag says (array elements as the array's element_type), numbers converted from whichever
+// alternative `data` holds; the make_* factories keep tags and data consistent.
+// llama.cpp refuses arrays of arrays, which this reader accepts: keep them to tests.
+//
 //   gguf::writer w;
-//   w.set("general.architecture", "llama");
+//   w.set_string("general.architecture", "llama");
 //   w.set_u32("llama.block_count", 2);
 //   w.add_tensor("token_embd.weight", tensor_type::f32, {64, 512}, bytes);
 //   auto st = w.write_file("x.gguf");
 class writer {
 public:
+    // Setting a key again replaces its value and keeps its original position.
     void set(std::string key, value v);
     void set_u32(std::string key, uint32_t v);
     void set_i32(std::string key, int32_t v);
@@ -159,8 +193,11 @@ public:
     void set_string_array(std::string key, const std::vector<std::string>& v);
     void set_f32_array(std::string key, const std::vector<float>& v);
     void set_i32_array(std::string key, const std::vector<int32_t>& v);
-    void set_alignment(uint32_t alignment);  // also writes general.alignment
-    // `data` must hold exactly the tensor's byte size for `type` and `dims` (ggml order).
+    // Writes general.alignment. The layout follows general.alignment when it is a u32 power of two, else 32.
+    void set_alignment(uint32_t alignment);
+    // `data` must hold exactly the tensor's byte size for `type` and `dims` (ggml order); refused otherwise,
+    // and for a duplicate name, a name over 63 bytes (ggml's limit), n_dims outside 1..4, a dim < 1 or a row
+    // length that is not a whole number of blocks.
     status add_tensor(std::string name, tensor_type type, std::vector<int64_t> dims,
                       std::vector<std::byte> data);
 
@@ -176,7 +213,7 @@ private:
         std::vector<std::byte> data;
     };
     std::vector<pending_tensor> tensors_;
-    uint32_t alignment_ = 32;
+    uint64_t layout_alignment() const;
 };
 
 }  // namespace h2okv::gguf
