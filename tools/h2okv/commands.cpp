@@ -2,6 +2,14 @@
 
 namespace h2okv::cli {
 
-void add_commands(CLI::App& app, int* exit_code) {}
+void add_generate_command(CLI::App&, int*);
+void add_info_command(CLI::App&, int*);
+void add_tokenize_command(CLI::App&, int*);
+
+void add_commands(CLI::App& app, int* exit_code) {
+    add_generate_command(app, exit_code);
+    add_info_command(app, exit_code);
+    add_tokenize_command(app, exit_code);
+}
 
 }  // namespace h2okv::cli

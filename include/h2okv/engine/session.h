@@ -1,0 +1,75 @@
+// A session runs one sequence through a model with a policy-managed KV cache: prompts are processed in chunks
+// of `prefill_chunk` tokens (eviction after each chunk), generated tokens one at a time (eviction after
+// each).
+//
+//   engine::session_params sp;
+//   sp.kv = *policy::params::parse("h2o:budget=64");
+//   H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(*model, sp, /*run_length=*/1 + prompt.size() +
+//   200)); H2OKV_RETURN_IF_ERROR(s->process(prompt_ids, model::logits_mode::last, &logits));
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "h2okv/core/status.h"
+#include "h2okv/kv/kv_cache.h"
+#include "h2okv/model/model.h"
+#include "h2okv/policy/policy.h"
+
+namespace h2okv::engine {
+
+struct session_params {
+    policy::params kv;        // the eviction policy and its parameters
+    int prefill_chunk = 512;  // tokens per prefill chunk (>= 1)
+    int64_t n_ctx = 0;        // context length; 0 takes the model's; bounds the run under `full`
+    status validate() const;
+};
+
+struct session_stats {
+    int64_t prefill_tokens = 0, decode_tokens = 0;
+    double prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+class session {
+public:
+    // run_length: the number of tokens this session will process (BOS + prompt + generated); it resolves
+    // fractional budgets, and under `full` it must fit the context.
+    static result<std::unique_ptr<session>> create(model::model& m, const session_params& p,
+                                                   int64_t run_length);
+
+    // Processes `tokens` at positions n_past().. in chunks of prefill_chunk (a single token is a decode
+    // step). logits: resized to n_vocab (`last`) or tokens.size() * n_vocab (`all`).
+    status process(std::span<const int32_t> tokens, model::logits_mode mode, std::vector<float>* logits);
+
+    // Called after each chunk's evictions with the chunk's last position.
+    void set_chunk_observer(std::function<void(int64_t last_pos)> obs) { chunk_observer_ = std::move(obs); }
+
+    int64_t n_past() const { return n_past_; }
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t run_length() const { return run_length_; }
+    const model::model& model() const { return *model_; }
+    kv::kv_cache& cache() { return *cache_; }
+    const kv::kv_cache& cache() const { return *cache_; }
+    const session_stats& stats() const { return stats_; }
+    const session_params& params() const { return params_; }
+
+private:
+    session(model::model& m, session_params p, int64_t n_ctx, int64_t run_length,
+            std::unique_ptr<kv::kv_cache> c);
+    status process_chunk(const int32_t* tokens, int n, model::logits_mode mode, float* logits);
+
+    model::model* model_;
+    session_params params_;
+    int64_t n_ctx_;
+    int64_t run_length_;
+    std::unique_ptr<kv::kv_cache> cache_;
+    int64_t n_past_ = 0;
+    session_stats stats_;
+    std::function<void(int64_t)> chunk_observer_;
+};
+
+}  // namespace h2okv::engine

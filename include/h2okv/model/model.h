@@ -1,0 +1,83 @@
+// A decoder-only transformer loaded from a GGUF file: hyper-parameters, weights (views into the mapped file)
+// and the forward pass. The forward pass knows nothing about caches: for each layer it hands the chunk's
+// post-RoPE queries, keys and values to an `attention_backend` (the KV cache, see h2okv/kv/kv_cache.h) and
+// continues with the attention output it gets back.
+//
+//   H2OKV_ASSIGN_OR_RETURN(auto file, gguf::file::open(path));
+//   H2OKV_ASSIGN_OR_RETURN(auto m, model::load(*file));     // the file must outlive the model
+//   m->forward(tokens, n, first_pos, cache, logits, logits_mode::last);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "h2okv/core/status.h"
+#include "h2okv/gguf/gguf.h"
+#include "h2okv/kernels/kernels.h"
+
+namespace h2okv::model {
+
+struct hparams {
+    std::string arch;
+    int64_t n_vocab = 0;
+    int64_t n_embd = 0;
+    int n_layer = 0;
+    int n_head = 0;     // query heads per layer
+    int n_kv_head = 0;  // key/value heads per layer; n_head is a multiple of it
+    int head_dim = 0;
+    int64_t n_ff = 0;
+    int rope_dim = 0;  // leading dims of each head that RoPE rotates
+    float rope_freq_base = 10000.0f;
+    kernels::rope_pairing rope_pairing = kernels::rope_pairing::normal;
+    float rms_eps = 1e-5f;
+    int64_t n_ctx_train = 0;  // what the file says (may be wrong: stories260K says 2048, trained at 512)
+    bool tied_output = false;
+
+    int gqa_group() const { return n_head / n_kv_head; }
+    // Checks internal consistency; the error names the values.
+    status validate() const;
+    std::string to_string() const;
+};
+
+// Receives one layer's attention inputs for a chunk of tokens and produces its output.
+class attention_backend {
+public:
+    virtual ~attention_backend() = default;
+    // q: [n_tok][n_head * head_dim], k and v: [n_tok][n_kv_head * head_dim], all after RoPE, for the
+    // positions first_pos .. first_pos + n_tok - 1. out: [n_tok][n_head * head_dim].
+    virtual status attend(int layer, int64_t first_pos, int n_tok, const float* q, const float* k,
+                          const float* v, float* out) = 0;
+};
+
+enum class logits_mode { none, last, all };
+
+class model {
+public:
+    // Loads the architecture named by `general.architecture` (see archs.def). `file` must outlive the model.
+    static result<std::unique_ptr<model>> load(const gguf::file& file);
+    virtual ~model() = default;
+
+    const hparams& params() const { return hp_; }
+    const gguf::file& file() const { return *file_; }
+    // Bytes of weights the forward pass reads per token.
+    virtual int64_t weight_bytes() const = 0;
+
+    // Runs tokens[0..n) at positions first_pos.. through the model. logits: [n][n_vocab] for `all`,
+    // [n_vocab] for `last`, unused for `none`. Token ids are checked against the vocabulary.
+    virtual status forward(const int32_t* tokens, int n, int64_t first_pos, attention_backend& attn,
+                           float* logits, logits_mode mode) = 0;
+
+protected:
+    model(const gguf::file& f, hparams hp) : file_(&f), hp_(std::move(hp)) {}
+
+private:
+    const gguf::file* file_;
+    hparams hp_;
+};
+
+// The architectures h2okv can load, in registry order ("llama", ...).
+std::vector<std::string> architecture_names();
+
+}  // namespace h2okv::model

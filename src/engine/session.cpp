@@ -1,0 +1,112 @@
+#include "h2okv/engine/session.h"
+
+#include <algorithm>
+
+namespace h2okv::engine {
+
+status session_params::validate() const {
+    if (prefill_chunk < 1) return invalid_argument("prefill chunk {} must be >= 1", prefill_chunk);
+    if (n_ctx < 0) return invalid_argument("context length {} must be >= 0 (0 = the model's)", n_ctx);
+    return ok_status();
+}
+
+result<std::unique_ptr<session>> session::create(model::model& m, const session_params& p,
+                                                 int64_t run_length) {
+    H2OKV_RETURN_IF_ERROR(p.validate());
+    if (run_length < 1) return invalid_argument("run length {} must be >= 1", run_length);
+    const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : m.params().n_ctx_train;
+    if (p.kv.name == "full" && run_length > n_ctx) {
+        return invalid_argument(
+            "the run needs {} tokens but the context holds {} under the `full` policy; shorten the prompt or "
+            "-n, "
+            "raise -c, or use an evicting policy (which streams past the context)",
+            run_length, n_ctx);
+    }
+    const int chunk = static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length));
+    // Evicting policies stream past the context: positions are bounded by the run, not by n_ctx.
+    const int64_t max_positions = p.kv.name == "full" ? n_ctx : std::max(n_ctx, run_length);
+    H2OKV_ASSIGN_OR_RETURN(auto cache,
+                           kv::kv_cache::create(m.params(), p.kv, chunk, max_positions, run_length));
+    return std::unique_ptr<session>(new session(m, p, n_ctx, run_length, std::move(cache)));
+}
+
+session::session(model::model& m, session_params p, int64_t n_ctx, int64_t run_length,
+                 std::unique_ptr<kv::kv_cache> c)
+    : model_(&m), params_(std::move(p)), n_ctx_(n_ctx), run_length_(run_length), cache_(std::move(c)) {
+    params_.prefill_chunk = static_cast<int>(std::min<int64_t>(params_.prefill_chunk, run_length));
+}
+
+status session::process(std::span<const int32_t> tokens, model::logits_mode mode,
+                        std::vector<float>* logits) {
+    if (tokens.empty()) return invalid_argument("process: no tokens given");
+    if (n_past_ + static_cast<int64_t>(tokens.size()) > run_length_) {
+        return invalid_argument("the session was created for {} tokens; {} processed and {} more given",
+                                run_length_, n_past_, tokens.size());
+    }
+    const auto n_vocab = static_cast<size_t>(model_->params().n_vocab);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (tokens[i] < 0 || static_cast<size_t>(tokens[i]) >= n_vocab) {
+            return invalid_argument("token id {} (index {}) is outside the vocabulary [0, {})", tokens[i], i,
+                                    n_vocab);
+        }
+    }
+    if (mode != model::logits_mode::none && logits == nullptr) {
+        return invalid_argument("process: logits requested but no output vector given");
+    }
+    if (mode == model::logits_mode::all) logits->assign(tokens.size() * n_vocab, 0.0f);
+    if (mode == model::logits_mode::last) logits->assign(n_vocab, 0.0f);
+
+    const auto start = std::chrono::steady_clock::now();
+    const size_t chunk = static_cast<size_t>(params_.prefill_chunk);
+    for (size_t off = 0; off < tokens.size(); off += chunk) {
+        const size_t n = std::min(chunk, tokens.size() - off);
+        const bool final_chunk = off + n == tokens.size();
+        model::logits_mode m = model::logits_mode::none;
+        float* out = nullptr;
+        if (mode == model::logits_mode::all) {
+            m = model::logits_mode::all;
+            out = logits->data() + off * n_vocab;
+        } else if (mode == model::logits_mode::last && final_chunk) {
+            m = model::logits_mode::last;
+            out = logits->data();
+        }
+        H2OKV_RETURN_IF_ERROR(process_chunk(tokens.data() + off, static_cast<int>(n), m, out));
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (tokens.size() == 1) {
+        stats_.decode_tokens += 1;
+        stats_.decode_seconds += seconds;
+    } else {
+        stats_.prefill_tokens += static_cast<int64_t>(tokens.size());
+        stats_.prefill_seconds += seconds;
+    }
+    return ok_status();
+}
+
+status session::process_chunk(const int32_t* tokens, int n, model::logits_mode mode, float* logits) {
+    const int64_t first = n_past_;
+    H2OKV_RETURN_IF_ERROR(cache_->begin_chunk(first, n));
+    if (cache_->token_by_token()) {
+        const auto n_vocab = static_cast<size_t>(model_->params().n_vocab);
+        for (int i = 0; i < n; ++i) {
+            model::logits_mode m = model::logits_mode::none;
+            float* out = nullptr;
+            if (mode == model::logits_mode::all) {
+                m = model::logits_mode::last;
+                out = logits + static_cast<size_t>(i) * n_vocab;
+            } else if (mode == model::logits_mode::last && i == n - 1) {
+                m = model::logits_mode::last;
+                out = logits;
+            }
+            H2OKV_RETURN_IF_ERROR(model_->forward(tokens + i, 1, first + i, *cache_, out, m));
+        }
+    } else {
+        H2OKV_RETURN_IF_ERROR(model_->forward(tokens, n, first, *cache_, logits, mode));
+    }
+    H2OKV_RETURN_IF_ERROR(cache_->end_chunk());
+    n_past_ += n;
+    if (chunk_observer_) chunk_observer_(n_past_ - 1);
+    return ok_status();
+}
+
+}  // namespace h2okv::engine

@@ -1,0 +1,62 @@
+#include "h2okv/model/model.h"
+
+#include "model/arch/archs.h"
+
+namespace h2okv::model {
+
+status hparams::validate() const {
+    if (n_vocab < 1) return invalid_file("{}: vocabulary size {} must be >= 1", arch, n_vocab);
+    if (n_embd < 1) return invalid_file("{}.embedding_length is {}, expected >= 1", arch, n_embd);
+    if (n_layer < 1) return invalid_file("{}.block_count is {}, expected >= 1", arch, n_layer);
+    if (n_head < 1) return invalid_file("{}.attention.head_count is {}, expected >= 1", arch, n_head);
+    if (n_kv_head < 1 || n_head % n_kv_head != 0) {
+        return invalid_file("{}.attention.head_count_kv is {}, expected a divisor of head_count {}", arch,
+                            n_kv_head, n_head);
+    }
+    if (head_dim < 2 || head_dim % 2 != 0) {
+        return invalid_file(
+            "{}: head dimension {} (embedding_length {} / head_count {}) must be even and >= 2", arch,
+            head_dim, n_embd, n_head);
+    }
+    if (rope_dim < 2 || rope_dim > head_dim || rope_dim % 2 != 0) {
+        return invalid_file("{}.rope.dimension_count is {}, expected an even number in [2, head_dim {}]",
+                            arch, rope_dim, head_dim);
+    }
+    if (n_ff < 1) return invalid_file("{}.feed_forward_length is {}, expected >= 1", arch, n_ff);
+    if (!(rope_freq_base > 0.0f)) {
+        return invalid_file("{}.rope.freq_base is {}, expected > 0", arch, rope_freq_base);
+    }
+    if (!(rms_eps > 0.0f)) {
+        return invalid_file("{}.attention.layer_norm_rms_epsilon is {}, expected > 0", arch, rms_eps);
+    }
+    return ok_status();
+}
+
+std::string hparams::to_string() const {
+    return fmt::format(
+        "{}: n_vocab {}, n_embd {}, n_layer {}, n_head {}, n_kv_head {}, head_dim {}, n_ff {}, rope_dim {}, "
+        "rope_base {}, rms_eps {}, n_ctx_train {}, {} output",
+        arch, n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, rope_dim, rope_freq_base, rms_eps,
+        n_ctx_train, tied_output ? "tied" : "separate");
+}
+
+std::vector<std::string> architecture_names() {
+    return {
+#define H2OKV_ARCH(name, loader) #name,
+#include "model/arch/archs.def"
+#undef H2OKV_ARCH
+    };
+}
+
+result<std::unique_ptr<model>> model::load(const gguf::file& file) {
+    H2OKV_ASSIGN_OR_RETURN(std::string arch, file.get_string("general.architecture"));
+#define H2OKV_ARCH(name, loader) \
+    if (arch == #name) return loader(file);
+#include "model/arch/archs.def"
+#undef H2OKV_ARCH
+    std::string known;
+    for (const auto& n : architecture_names()) known += (known.empty() ? "" : ", ") + n;
+    return invalid_file("{}: general.architecture is '{}', expected one of: {}", file.path(), arch, known);
+}
+
+}  // namespace h2okv::model

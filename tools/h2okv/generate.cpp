@@ -1,0 +1,145 @@
+// h2okv generate: text generation with a policy-managed KV cache.
+#include "h2okv/engine/generate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include "commands.h"
+#include "h2okv/tokenizer/tokenizer.h"
+#include "kv_options.h"
+
+namespace h2okv::cli {
+namespace {
+
+struct generate_options {
+    model_options model;
+    kv_options kv;
+    std::string prompt;
+    int n_predict = 128;
+    float temperature = 0.0f;
+    int top_k = 0;
+    float top_p = 1.0f;
+    uint64_t seed = 0;
+    bool ignore_eos = false;
+    bool special = false;
+    std::string trace_path;
+};
+
+// One JSON line per processed chunk: {"pos": t, "kept": [[...], ...]} (layer-major, one list per KV head).
+void write_trace_line(std::FILE* out, int64_t pos, const std::vector<std::vector<int64_t>>& kept) {
+    fmt::print(out, "{{\"pos\": {}, \"kept\": [", pos);
+    for (size_t i = 0; i < kept.size(); ++i)
+        fmt::print(out, "{}[{}]", i ? ", " : "", fmt::join(kept[i], ", "));
+    fmt::print(out, "]}}\n");
+}
+
+void print_stats(const engine::session& s, const engine::generation& g, int64_t full_bytes) {
+    const auto& st = s.stats();
+    const auto& cfg = s.cache().policy().config();
+    const auto& pol = s.cache().policy();
+    auto tps = [](int64_t n, double sec) { return sec > 0 ? static_cast<double>(n) / sec : 0.0; };
+    fmt::print(stderr, "\n--- h2okv generate ---\n");
+    fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s)\n", st.prefill_tokens,
+               st.prefill_seconds, tps(st.prefill_tokens, st.prefill_seconds));
+    fmt::print(stderr, "decode:  {} tokens in {:.3f} s ({:.1f} tokens/s){}\n", st.decode_tokens,
+               st.decode_seconds, tps(st.decode_tokens, st.decode_seconds),
+               g.stopped_at_eos ? ", stopped at end-of-generation" : "");
+    fmt::print(stderr, "kv policy: {}\n", cfg.to_string());
+    const int units = pol.n_units();
+    fmt::print(stderr, "kv units: {} ({}), slots per unit: {}, positions processed: {}\n", units,
+               policy::granularity_name(cfg.gran), s.cache().capacity(), s.n_past());
+    fmt::print(stderr, "kv kept: {} positions per unit on average ({} in all), evicted: {} ({} per unit)\n",
+               static_cast<double>(s.cache().kept_total()) / units, s.cache().kept_total(),
+               pol.total_evictions(), static_cast<double>(pol.total_evictions()) / units);
+    fmt::print(stderr, "kv bytes: {} allocated (K and V, f32); a full cache for this run: {} ({:.2f}x)\n",
+               s.cache().bytes(), full_bytes,
+               s.cache().bytes() > 0
+                   ? static_cast<double>(full_bytes) / static_cast<double>(s.cache().bytes())
+                   : 0.0);
+}
+
+int run_generate(const generate_options& o) {
+    o.model.apply_threads();
+    auto lm = load_model(o.model.model_path);
+    if (!lm.ok()) return fail(lm.error());
+    auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
+    if (!tok.ok()) return fail(tok.error());
+    auto prompt = tok->encode(o.prompt, /*add_bos=*/true, o.special);
+    if (!prompt.ok()) return fail(prompt.error());
+
+    engine::generation_params gp;
+    gp.n_predict = o.n_predict;
+    gp.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
+    gp.ignore_eos = o.ignore_eos;
+    if (auto st = gp.validate(); !st.ok()) return fail(st);
+
+    auto sp = o.kv.to_session_params(o.model.n_ctx);
+    if (!sp.ok()) return fail(sp.error());
+    // The prompt is the only multi-token chunk: slots beyond it would never be used.
+    sp->prefill_chunk = std::min(sp->prefill_chunk, static_cast<int>(prompt->size()));
+    const int64_t run_length = static_cast<int64_t>(prompt->size()) + o.n_predict;
+    auto session = engine::session::create(*lm->model, *sp, run_length);
+    if (!session.ok()) return fail(session.error());
+
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace(nullptr, &std::fclose);
+    if (!o.trace_path.empty()) {
+        trace.reset(std::fopen(o.trace_path.c_str(), "w"));
+        if (!trace) return fail(io_error("--kv-trace: cannot open '{}' for writing", o.trace_path));
+        engine::session* s = session->get();
+        std::FILE* f = trace.get();
+        (*session)->set_chunk_observer(
+            [s, f](int64_t pos) { write_trace_line(f, pos, s->cache().kept_per_head()); });
+    }
+
+    std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+    std::fflush(stdout);
+    const tokenizer::tokenizer& t = *tok;
+    auto g = engine::generate(
+        **session, *prompt, gp, [&t](int32_t id) { return t.is_eog(id); },
+        [&t](int32_t id) {
+            const std::string piece = t.piece(id);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+        });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!g.ok()) return fail(g.error());
+
+    const auto& hp = lm->model->params();
+    const int64_t full_bytes = 2 * int64_t{hp.n_layer} * hp.n_kv_head * hp.head_dim * run_length *
+                               static_cast<int64_t>(sizeof(float));
+    print_stats(**session, *g, full_bytes);
+    return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, int* exit_code) {
+    auto o = std::make_shared<generate_options>();
+    CLI::App* cmd = app.add_subcommand(
+        "generate",
+        "Generate text after a prompt; the prompt and the generated text go to stdout, statistics "
+        "(speed, KV slots, bytes, evictions) to stderr");
+    o->model.add_to(*cmd);
+    cmd->add_option("-p,--prompt", o->prompt, "The prompt (BOS is added first)")->required();
+    cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (BOS and prompt not included)")
+        ->capture_default_str();
+    o->kv.add_to(*cmd);
+    cmd->add_option("--temp", o->temperature, "Sampling temperature (0: greedy, ties to the lowest id)")
+        ->capture_default_str();
+    cmd->add_option("--top-k", o->top_k, "Sample among the k most likely tokens (0: all)")
+        ->capture_default_str();
+    cmd->add_option("--top-p", o->top_p, "Sample among the most likely tokens whose mass reaches p")
+        ->capture_default_str();
+    cmd->add_option("--seed", o->seed, "Random seed of the sampler")->capture_default_str();
+    cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
+    cmd->add_flag("--special", o->special, "Parse special-token text (</s>, <|endoftext|>) in the prompt");
+    cmd->add_option(
+        "--kv-trace", o->trace_path,
+        "Write one JSON line per processed chunk with the kept positions of every (layer, KV head)");
+    cmd->callback([o, exit_code] { *exit_code = run_generate(*o); });
+}
+
+}  // namespace h2okv::cli
