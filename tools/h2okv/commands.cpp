@@ -4,11 +4,13 @@ namespace h2okv::cli {
 
 void add_generate_command(CLI::App&, int*);
 void add_info_command(CLI::App&, int*);
+void add_perplexity_command(CLI::App&, int*);
 void add_tokenize_command(CLI::App&, int*);
 
 void add_commands(CLI::App& app, int* exit_code) {
     add_generate_command(app, exit_code);
     add_info_command(app, exit_code);
+    add_perplexity_command(app, exit_code);
     add_tokenize_command(app, exit_code);
 }
 

@@ -1,0 +1,39 @@
+// Streaming perplexity: BOS + a text's tokens processed in chunks (1 by default: eviction after every token),
+// the negative log-likelihood of each next token summed in double.
+//
+//   auto r = eval::perplexity(*model, tokens, session_params, /*chunk=*/1, progress);
+//   fmt::print("{:.4f}\n", r->perplexity);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "h2okv/engine/session.h"
+#include "h2okv/model/model.h"
+
+namespace h2okv::eval {
+
+struct perplexity_result {
+    int64_t n_tokens = 0;     // processed, BOS included
+    int64_t n_predicted = 0;  // n_tokens - 1
+    double mean_nll = 0.0;
+    double perplexity = 0.0;  // exp(mean_nll)
+    double seconds = 0.0;
+    int64_t evictions = 0;  // over all units
+    int64_t kv_bytes = 0;
+    policy::resolved_params config;  // the policy as it ran (defaults applied, budget resolved)
+};
+
+// Called now and then with (tokens processed, total).
+using progress_fn = std::function<void(int64_t done, int64_t total)>;
+
+// tokens[0] should be BOS. The session is created here with run_length = tokens.size() (fractional budgets
+// are fractions of it); `chunk` tokens are processed per step (sp.prefill_chunk is ignored).
+result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> tokens,
+                                     engine::session_params sp, int chunk, const progress_fn& progress);
+
+// -log softmax(logits)[target], in double.
+double token_nll(std::span<const float> logits, int32_t target);
+
+}  // namespace h2okv::eval

@@ -1,0 +1,178 @@
+// h2okv perplexity: streaming perplexity of a text under a KV policy (or a sweep of policies and budgets).
+#include "h2okv/eval/perplexity.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "h2okv/tokenizer/tokenizer.h"
+#include "kv_options.h"
+
+namespace h2okv::cli {
+namespace {
+
+struct perplexity_options {
+    model_options model;
+    kv_options kv;
+    std::string text_path;
+    int64_t max_tokens = 0;
+    bool sweep = false;
+    std::vector<std::string> sweep_policies{"full", "window",         "streaming:sinks=4",
+                                            "h2o",  "h2o:decay=0.98", "tova"};
+    std::vector<std::string> sweep_budgets{"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"};
+    std::string jsonl_path;
+};
+
+result<std::string> read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return io_error("cannot open '{}' for reading", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// Progress with an ETA on stderr, at most a few times a second, only for runs longer than a second.
+class progress_line {
+public:
+    explicit progress_line(std::string label) : label_(std::move(label)), start_(clock::now()) {}
+    void operator()(int64_t done, int64_t total) {
+        const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
+        if (elapsed < 1.0 || (elapsed - last_ < 0.25 && done < total)) return;
+        last_ = elapsed;
+        const double eta =
+            done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+        fmt::print(stderr, "\r{}: {}/{} tokens, {:.0f} s elapsed, ETA {:.0f} s   ", label_, done, total,
+                   elapsed, eta);
+        if (done == total) fmt::print(stderr, "\n");
+    }
+
+private:
+    using clock = std::chrono::steady_clock;
+    std::string label_;
+    clock::time_point start_;
+    double last_ = 0.0;
+};
+
+int run_perplexity(const perplexity_options& o) {
+    o.model.apply_threads();
+    auto lm = load_model(o.model.model_path);
+    if (!lm.ok()) return fail(lm.error());
+    auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
+    if (!tok.ok()) return fail(tok.error());
+    auto text = read_text(o.text_path);
+    if (!text.ok()) return fail(text.error().with_context("-f"));
+    auto ids = tok->encode(*text, /*add_special=*/false, /*parse_special=*/false);
+    if (!ids.ok()) return fail(ids.error());
+    std::vector<int32_t> tokens{tok->bos()};
+    tokens.insert(tokens.end(), ids->begin(), ids->end());
+    if (o.max_tokens > 0) {
+        if (o.max_tokens < 2)
+            return fail(invalid_argument("--max-tokens {} must be >= 2 (BOS + one)", o.max_tokens));
+        if (static_cast<int64_t>(tokens.size()) < o.max_tokens) {
+            return fail(invalid_argument("--max-tokens {} but '{}' has only {} tokens (BOS included)",
+                                         o.max_tokens, o.text_path, tokens.size()));
+        }
+        tokens.resize(static_cast<size_t>(o.max_tokens));
+    }
+
+    // The runs: the one policy of the flags, or the sweep's grid.
+    std::vector<engine::session_params> runs;
+    auto base = o.kv.to_session_params(o.model.n_ctx);
+    if (!base.ok()) return fail(base.error());
+    if (!o.sweep) {
+        runs.push_back(*base);
+    } else {
+        for (const auto& spec : o.sweep_policies) {
+            auto p = policy::params::parse(spec);
+            if (!p.ok()) return fail(p.error().with_context("--sweep-policies"));
+            p->gran = base->kv.gran;
+            for (const auto& b : o.sweep_budgets) {
+                if (p->name == "full" && !runs.empty() && runs.back().kv.name == "full") continue;
+                engine::session_params sp = *base;
+                sp.kv = *p;
+                if (p->name != "full") {
+                    auto budget = policy::budget_spec::parse(b);
+                    if (!budget.ok()) return fail(budget.error().with_context("--sweep-budgets"));
+                    sp.kv.budget = *budget;
+                }
+                runs.push_back(sp);
+            }
+        }
+    }
+
+    std::unique_ptr<std::ofstream> jsonl;
+    if (!o.jsonl_path.empty()) {
+        jsonl = std::make_unique<std::ofstream>(o.jsonl_path, std::ios::app);
+        if (!*jsonl) return fail(io_error("--jsonl: cannot open '{}' for appending", o.jsonl_path));
+    }
+    const std::string sha = lm->file->sha256();
+    fmt::print("{:<44} {:>8} {:>10} {:>12} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
+               "evictions", "seconds");
+    for (const auto& sp : runs) {
+        progress_line progress(sp.kv.to_string());
+        auto r = eval::perplexity(*lm->model, tokens, sp, o.kv.prefill_chunk,
+                                  [&progress](int64_t d, int64_t t) { progress(d, t); });
+        if (!r.ok()) return fail(r.error());
+        const std::string resolved = r->config.to_string();
+        const int64_t budget = r->config.budget;
+        fmt::print("{:<44} {:>8} {:>10} {:>12.4f} {:>10} {:>9.2f}\n", resolved,
+                   budget > 0 ? std::to_string(budget) : "-", r->n_tokens, r->perplexity, r->evictions,
+                   r->seconds);
+        std::fflush(stdout);
+        if (jsonl) {
+            nlohmann::json j = {{"command", "perplexity"},
+                                {"model", o.model.model_path},
+                                {"model_sha256", sha},
+                                {"text", o.text_path},
+                                {"policy", resolved},
+                                {"policy_name", sp.kv.name},
+                                {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
+                                {"budget", budget},
+                                {"granularity", policy::granularity_name(sp.kv.gran)},
+                                {"chunk", o.kv.prefill_chunk},
+                                {"threads", omp_get_max_threads()},
+                                {"n_tokens", r->n_tokens},
+                                {"n_predicted", r->n_predicted},
+                                {"mean_nll", r->mean_nll},
+                                {"perplexity", r->perplexity},
+                                {"evictions", r->evictions},
+                                {"kv_bytes", r->kv_bytes},
+                                {"seconds", r->seconds}};
+            *jsonl << j.dump() << "\n";
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app, int* exit_code) {
+    auto o = std::make_shared<perplexity_options>();
+    o->kv.prefill_chunk = 1;
+    CLI::App* cmd = app.add_subcommand("perplexity",
+                                       "Streaming perplexity of a text: BOS + the text's tokens, one at a "
+                                       "time (eviction after every token), "
+                                       "exp(mean NLL of each next token)");
+    o->model.add_to(*cmd);
+    cmd->add_option("-f,--file", o->text_path, "The text file (tokenized as one text)")->required();
+    cmd->add_option("--max-tokens", o->max_tokens,
+                    "Evaluate the first N tokens, BOS included (N - 1 predictions); default: the whole file");
+    o->kv.add_to(*cmd);
+    cmd->add_flag("--sweep", o->sweep,
+                  "Run the grid --sweep-policies x --sweep-budgets instead of one policy");
+    cmd->add_option("--sweep-policies", o->sweep_policies, "Policy specs of the sweep")
+        ->capture_default_str();
+    cmd->add_option("--sweep-budgets", o->sweep_budgets, "Budgets of the sweep (counts or fractions)")
+        ->capture_default_str();
+    cmd->add_option("--jsonl", o->jsonl_path,
+                    "Append one JSON line per run (configuration, model sha256, timings)");
+    cmd->callback([o, exit_code] { *exit_code = run_perplexity(*o); });
+}
+
+}  // namespace h2okv::cli
