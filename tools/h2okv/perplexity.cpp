@@ -2,6 +2,7 @@
 #include "h2okv/eval/perplexity.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -43,13 +44,15 @@ public:
     explicit progress_line(std::string label) : label_(std::move(label)), start_(clock::now()) {}
     void operator()(int64_t done, int64_t total) {
         const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
-        if (elapsed < 1.0 || (elapsed - last_ < 0.25 && done < total)) return;
+        // A terminal gets its line rewritten 4 times a second; a log gets a line every 10 s.
+        const double every = tty_ ? 0.25 : 10.0;
+        if (elapsed < 1.0 || (elapsed - last_ < every && done < total)) return;
         last_ = elapsed;
         const double eta =
             done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
-        fmt::print(stderr, "\r{}: {}/{} tokens, {:.0f} s elapsed, ETA {:.0f} s   ", label_, done, total,
-                   elapsed, eta);
-        if (done == total) fmt::print(stderr, "\n");
+        fmt::print(stderr, "{}{}: {}/{} tokens, {:.0f} s elapsed, ETA {:.0f} s{}", tty_ ? "\r" : "", label_,
+                   done, total, elapsed, eta, tty_ ? "   " : "\n");
+        if (tty_ && done == total) fmt::print(stderr, "\n");
     }
 
 private:
@@ -57,6 +60,7 @@ private:
     std::string label_;
     clock::time_point start_;
     double last_ = 0.0;
+    bool tty_ = isatty(fileno(stderr)) != 0;
 };
 
 int run_perplexity(const perplexity_options& o) {
