@@ -1,0 +1,102 @@
+// Compute kernels of the forward pass: weight-matrix products for every supported GGUF weight type, RMSNorm,
+// RoPE, softmax, SwiGLU, and the attention of one query over a slot-indexed K/V store with the H2O score
+// bookkeeping fused into the same pass.
+//
+// Every kernel has a plain scalar reference (src/kernels/ref/) and, where it pays, SIMD variants
+// (src/kernels/x86/) chosen once at run time from the CPU's features; tests check each variant against its
+// reference. Kernels are noexcept pointer functions: they trust their callers (shapes and types are
+// validated where data enters, e.g. by the model loader through `matmul_supports`) and only debug-assert.
+//
+//   using namespace h2okv::kernels;
+//   matrix_view w{gguf::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
+//   matmul(w, x, n_tok, y);                          // y: [n_tok][n_out]
+//   attend(q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, scratch, score_row);
+//
+// Determinism: every output element is computed by one thread with one fixed sequence of operations that
+// depends only on the active ISA and the element's own inputs (not on the thread count, the row block, or
+// the number of tokens in the call), so results are bit-identical for any OpenMP thread count and any prefill
+// chunking.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "h2okv/gguf/gguf.h"
+
+namespace h2okv::kernels {
+
+// IEEE binary16 and bfloat16 conversions. Narrowing rounds to nearest, ties to even; overflow gives inf;
+// NaN stays NaN (quiet, sign kept, top payload bits kept). Widening is exact.
+float fp16_to_fp32(uint16_t h) noexcept;
+uint16_t fp32_to_fp16(float f) noexcept;
+float bf16_to_fp32(uint16_t h) noexcept;
+uint16_t fp32_to_bf16(float f) noexcept;
+
+// A weight matrix as stored in GGUF: `rows` output features, each row `cols` elements (GGUF dims[0] = cols),
+// rows contiguous and `row_bytes` apart. Q8_0 rows hold cols / 32 blocks of {fp16 scale d, int8 q[32]}
+// (34 bytes, value = d * q), so cols must be a multiple of 32 for Q8_0. The view does not own `data`.
+struct matrix_view {
+    gguf::tensor_type type;
+    const std::byte* data;
+    int64_t rows;
+    int64_t cols;
+    size_t row_bytes;
+};
+
+// True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0). Loaders check this and
+// refuse other types with a status; the kernels themselves do not check.
+bool matmul_supports(gguf::tensor_type t) noexcept;
+// Bytes of one row of `cols` elements of type `t` (0 when `t` is unsupported or cols is not a whole number of
+// blocks).
+size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
+
+// y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
+// not alias x). Parallel over blocks of rows with OpenMP (serial when called inside a parallel region or for
+// small products); bit-identical for any thread count and for any split of the tokens into calls.
+void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept;
+
+// Converts `n` elements of a row of type `t` to f32 (n a multiple of 32 for Q8_0). src: the row's bytes.
+void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; x, w, out: [n]; out may alias x. The sum of squares is
+// accumulated in double.
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out) noexcept;
+
+// Which dimensions RoPE rotates together: `normal` pairs (2i, 2i+1) (llama GGUFs), `neox` pairs
+// (i, i + rope_dim/2).
+enum class rope_pairing { normal, neox };
+
+// Rotates, in place, the first rope_dim (even, <= head_dim) dims of each of n_heads vectors of head_dim
+// floats (x: [n_heads][head_dim]) for position pos: pair i turns by theta_i = pos * freq_base^(-2i/rope_dim).
+// Angles and their cosines/sines are computed in double, so large positions keep their precision.
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base,
+          rope_pairing p) noexcept;
+
+// In-place softmax of x[0..n): exp(x - max) / sum; the sum is accumulated in double.
+void softmax(float* x, int n) noexcept;
+
+// out[i] = silu(gate[i]) * up[i] with silu(g) = g / (1 + exp(-g)); out may alias gate or up.
+void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
+
+// Attention of one query row of one head over a slot-indexed K/V store.
+//   q: [head_dim]; k, v: base pointers of [n_slots][head_dim] f32 (row s at k + s*head_dim);
+//   slots[0..n): the slot indices to attend, in any order;
+//   s_j = scale * dot(q, k[slots[j]]);  w = softmax(s);  out[head_dim] = sum_j w_j * v[slots[j]].
+//   scratch: [n] floats; holds w on return.
+//   score_row: null, or a per-slot [n_slots] double row that receives score_row[slots[j]] += (double)w_j for
+//   every j (the H2O score bookkeeping fused into the same pass; slots must then be distinct).
+// n == 0 gives out = 0.
+void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
+            float scale, float* out, float* scratch, double* score_row) noexcept;
+
+// The instruction sets kernels are compiled for. `best_isa()` is what the CPU supports, chosen at start-up;
+// `set_isa` switches every dispatched kernel (for tests and benchmarks comparing variants; a call already
+// running finishes with the variant it started with) and returns false, changing nothing, when the CPU lacks
+// the ISA or this build does not have it.
+enum class isa { reference, avx2 };
+const char* isa_name(isa i) noexcept;  // "reference", "avx2"
+isa best_isa() noexcept;
+isa active_isa() noexcept;
+bool set_isa(isa i) noexcept;
+
+}  // namespace h2okv::kernels

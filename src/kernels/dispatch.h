@@ -1,0 +1,29 @@
+// The run-time dispatch table: one entry per kernel that has SIMD variants. kernels.cpp selects the table of
+// the best ISA the CPU supports; each ISA folder provides its table.
+#pragma once
+
+#include <cstdint>
+
+#include "h2okv/kernels/kernels.h"
+
+namespace h2okv::kernels::detail {
+
+struct kernel_table {
+    isa id;
+    // Rows [r0, r1) of matmul (the caller splits rows across threads).
+    void (*matmul_rows)(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
+    void (*dequantize_row)(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+    void (*softmax)(float* x, int n);
+    void (*attend)(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
+                   float scale, float* out, float* scratch, double* score_row);
+};
+
+const kernel_table& reference_table();
+// H2OKV_KERNELS_NO_SIMD builds the reference kernels only (what non-x86 targets get), to test that path.
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(H2OKV_KERNELS_NO_SIMD)
+#define H2OKV_KERNELS_X86 1
+const kernel_table& avx2_table();
+bool cpu_has_avx2();  // AVX2 + FMA + F16C, everything the avx2 table uses
+#endif
+
+}  // namespace h2okv::kernels::detail

@@ -1,0 +1,148 @@
+#include "h2okv/kernels/kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "kernels/dispatch.h"
+#include "kernels/half.h"
+#include "kernels/ref/ref.h"
+
+namespace h2okv::kernels {
+namespace {
+
+using gguf::tensor_type;
+
+// Rows per parallel work item. Small enough to balance 2..64 threads on 256-row matrices, large enough that
+// a block's weights (16 rows of up to a few KiB) amortise the scheduling.
+constexpr int64_t row_block = 16;
+// Below this many multiply-adds (about 10 us of one core) a parallel region's fork and join, several
+// microseconds on a busy machine, cost more than the split saves.
+constexpr int64_t min_parallel_work = int64_t{1} << 18;
+
+const detail::kernel_table& best_table() {
+#ifdef H2OKV_KERNELS_X86
+    if (detail::cpu_has_avx2()) return detail::avx2_table();
+#endif
+    return detail::reference_table();
+}
+
+std::atomic<const detail::kernel_table*>& active_table() {
+    static std::atomic<const detail::kernel_table*> table{&best_table()};
+    return table;
+}
+
+const detail::kernel_table& table() {
+    return *active_table().load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+namespace detail {
+
+const kernel_table& reference_table() {
+    static const kernel_table t{isa::reference, &ref::matmul_rows, &ref::dequantize_row, &ref::softmax,
+                                &ref::attend};
+    return t;
+}
+
+}  // namespace detail
+
+float fp16_to_fp32(uint16_t h) noexcept {
+    return detail::half_to_float(h);
+}
+uint16_t fp32_to_fp16(float f) noexcept {
+    return detail::float_to_half(f);
+}
+float bf16_to_fp32(uint16_t h) noexcept {
+    return detail::bfloat_to_float(h);
+}
+uint16_t fp32_to_bf16(float f) noexcept {
+    return detail::float_to_bfloat(f);
+}
+
+bool matmul_supports(tensor_type t) noexcept {
+    return t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::bf16 || t == tensor_type::q8_0;
+}
+
+size_t row_size(tensor_type t, int64_t cols) noexcept {
+    if (cols < 0) return 0;
+    const auto n = static_cast<size_t>(cols);
+    switch (t) {
+        case tensor_type::f32: return n * 4;
+        case tensor_type::f16:
+        case tensor_type::bf16: return n * 2;
+        case tensor_type::q8_0: return n % 32 == 0 ? n / 32 * 34 : 0;
+        default: return 0;
+    }
+}
+
+void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept {
+    const auto rows_fn = table().matmul_rows;
+    const int64_t work = w.rows * w.cols * n_tok;
+    if (work < min_parallel_work || omp_in_parallel() || omp_get_max_threads() == 1) {
+        rows_fn(w, x, n_tok, y, 0, w.rows);
+        return;
+    }
+    const int64_t n_blocks = (w.rows + row_block - 1) / row_block;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        rows_fn(w, x, n_tok, y, b * row_block, std::min(w.rows, (b + 1) * row_block));
+    }
+}
+
+void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept {
+    table().dequantize_row(t, src, n, dst);
+}
+
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out) noexcept {
+    ref::rmsnorm(x, w, n, eps, out);
+}
+
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base,
+          rope_pairing p) noexcept {
+    ref::rope(x, n_heads, head_dim, rope_dim, pos, freq_base, p);
+}
+
+void softmax(float* x, int n) noexcept {
+    table().softmax(x, n);
+}
+
+void swiglu(const float* gate, const float* up, int n, float* out) noexcept {
+    ref::swiglu(gate, up, n, out);
+}
+
+void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
+            float scale, float* out, float* scratch, double* score_row) noexcept {
+    table().attend(q, k, v, head_dim, slots, n, scale, out, scratch, score_row);
+}
+
+const char* isa_name(isa i) noexcept {
+    switch (i) {
+        case isa::reference: return "reference";
+        case isa::avx2: return "avx2";
+    }
+    return "unknown";
+}
+
+isa best_isa() noexcept {
+    return best_table().id;
+}
+
+isa active_isa() noexcept {
+    return table().id;
+}
+
+bool set_isa(isa i) noexcept {
+    const detail::kernel_table* t = nullptr;
+    if (i == isa::reference) t = &detail::reference_table();
+#ifdef H2OKV_KERNELS_X86
+    if (i == isa::avx2 && detail::cpu_has_avx2()) t = &detail::avx2_table();
+#endif
+    if (t == nullptr) return false;
+    active_table().store(t, std::memory_order_release);
+    return true;
+}
+
+}  // namespace h2okv::kernels

@@ -1,0 +1,26 @@
+// Scalar reference kernels: the readable definition of every kernel in h2okv/kernels/kernels.h, and the
+// oracle the SIMD variants are tested against. Dot products and sums accumulate in double, so the reference
+// is at least as accurate as any variant. Portable C++ only: this is also what non-x86 builds run.
+//
+//   h2okv::kernels::ref::matmul(w, x, n_tok, y);   // same contract as kernels::matmul, single-threaded
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "h2okv/kernels/kernels.h"
+
+namespace h2okv::kernels::ref {
+
+// Rows [r0, r1) of kernels::matmul: y[t*w.rows + r] for t < n_tok, r0 <= r < r1.
+void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
+void matmul(const matrix_view& w, const float* x, int n_tok, float* y);
+void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
+void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base, rope_pairing p);
+void softmax(float* x, int n);
+void swiglu(const float* gate, const float* up, int n, float* out);
+void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
+            float scale, float* out, float* scratch, double* score_row);
+
+}  // namespace h2okv::kernels::ref

@@ -1,0 +1,452 @@
+// Only the functions marked H2OKV_AVX2 use AVX2/FMA/F16C instructions, so the rest of this file (and any
+// inline library code it instantiates) stays valid on every x86-64; the table is used only after
+// cpu_has_avx2().
+#include "kernels/x86/avx2.h"
+
+#include "kernels/dispatch.h"
+
+#ifdef H2OKV_KERNELS_X86
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <limits>
+
+#define H2OKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace h2okv::kernels::avx2 {
+namespace {
+
+using gguf::tensor_type;
+
+constexpr int64_t q8_0_block = 32;
+constexpr size_t q8_0_block_bytes = 34;
+
+H2OKV_AVX2 inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+H2OKV_AVX2 inline float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Lanes [0, n) set, n in [0, 8]: the mask for maskload/maskstore of a row tail.
+H2OKV_AVX2 inline __m256i tail_mask(int64_t n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
+}
+
+// exp(x) for x <= 0 (softmax arguments after max subtraction): Cody-Waite reduction x = n ln2 + r,
+// |r| <= ln2/2, and Cephes' degree-6 polynomial for exp(r) (relative error about 2^-23 in float). Arguments
+// below -87 give 0 instead of a value under 1.7e-38, far below anything a softmax sum of >= 1 can see.
+H2OKV_AVX2 inline __m256 exp_nonpositive(__m256 x) {
+    const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(underflow, y);
+}
+
+// Loaders of 8 consecutive weights as floats: full (load8) and a zero-padded tail of n < 8 (load_tail).
+struct f32_loader {
+    H2OKV_AVX2 static __m256 load8(const std::byte* row, int64_t i) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    }
+    H2OKV_AVX2 static __m256 load_tail(const std::byte* row, int64_t i, int64_t n) {
+        return _mm256_maskload_ps(reinterpret_cast<const float*>(row) + i, tail_mask(n));
+    }
+};
+
+struct f16_loader {
+    H2OKV_AVX2 static __m256 load8(const std::byte* row, int64_t i) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    }
+    H2OKV_AVX2 static __m256 load_tail(const std::byte* row, int64_t i, int64_t n) {
+        uint16_t buf[8] = {};
+        std::memcpy(buf, row + 2 * i, static_cast<size_t>(n) * 2);
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(buf)));
+    }
+};
+
+struct bf16_loader {
+    H2OKV_AVX2 static __m256 widen(__m128i h) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    H2OKV_AVX2 static __m256 load8(const std::byte* row, int64_t i) {
+        return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    }
+    H2OKV_AVX2 static __m256 load_tail(const std::byte* row, int64_t i, int64_t n) {
+        uint16_t buf[8] = {};
+        std::memcpy(buf, row + 2 * i, static_cast<size_t>(n) * 2);
+        return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(buf)));
+    }
+};
+
+// dot(row, xs[t]) for T tokens at once, each row vector converted once and used T times. Each token's sum
+// sees the same operations in the same order whatever T is (4 interleaved accumulators over steps of 32, a
+// step of 8 into accumulator 0, the masked tail into accumulator 1, a fixed reduction tree), which keeps
+// matmul's results independent of how tokens are grouped.
+template <typename L, int T>
+H2OKV_AVX2 void dot_dense(const std::byte* row, const float* const* xs, int64_t n, float* res) {
+    __m256 acc[T][4];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) acc[t][u] = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+            const __m256 wv = L::load8(row, i + 8 * u);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[t] + i + 8 * u), acc[t][u]);
+            }
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 wv = L::load8(row, i);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[t] + i), acc[t][0]);
+    }
+    if (i < n) {
+        const __m256 wv = L::load_tail(row, i, n - i);
+        const __m256i mask = tail_mask(n - i);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t)
+            acc[t][1] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(xs[t] + i, mask), acc[t][1]);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        res[t] =
+            hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+    }
+}
+
+// The Q8_0 analogue: per block, the int8 weights are widened once; each token forms sum(q * x) in two
+// partial sums, then adds d * that into one of two accumulators (even / odd blocks).
+template <int T>
+H2OKV_AVX2 void dot_q8_0(const std::byte* row, const float* const* xs, int64_t n, float* res) {
+    __m256 acc[T][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    const int64_t n_blocks = n / q8_0_block;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const std::byte* block = row + static_cast<size_t>(b) * q8_0_block_bytes;
+        uint16_t dh;
+        std::memcpy(&dh, block, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+        const auto* qs = reinterpret_cast<const __m128i*>(block + 2);
+        __m256 q[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+            q[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                reinterpret_cast<const __m128i*>(reinterpret_cast<const int8_t*>(qs) + 8 * u))));
+        }
+        const int parity = static_cast<int>(b & 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const float* x = xs[t] + b * q8_0_block;
+            __m256 p0 = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
+            __m256 p1 = _mm256_mul_ps(q[1], _mm256_loadu_ps(x + 8));
+            p0 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), p0);
+            p1 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), p1);
+            const __m256 p = _mm256_add_ps(p0, p1);
+            if (parity == 0) {
+                acc[t][0] = _mm256_fmadd_ps(d, p, acc[t][0]);
+            } else {
+                acc[t][1] = _mm256_fmadd_ps(d, p, acc[t][1]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) res[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+}
+
+// Tokens per cache tile: a tile of x (tile * cols floats) stays in L2 while a block of rows streams past it.
+constexpr int token_tile = 24;
+
+template <void (*Dot1)(const std::byte*, const float* const*, int64_t, float*),
+          void (*Dot2)(const std::byte*, const float* const*, int64_t, float*),
+          void (*Dot3)(const std::byte*, const float* const*, int64_t, float*)>
+H2OKV_AVX2 void rows_with(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1) {
+    for (int t0 = 0; t0 < n_tok; t0 += token_tile) {
+        const int t_end = std::min(n_tok, t0 + token_tile);
+        for (int64_t r = r0; r < r1; ++r) {
+            const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+            int t = t0;
+            for (; t + 3 <= t_end; t += 3) {
+                const float* xs[3] = {x + t * w.cols, x + (t + 1) * w.cols, x + (t + 2) * w.cols};
+                float res[3];
+                Dot3(row, xs, w.cols, res);
+                for (int j = 0; j < 3; ++j) y[(t + j) * w.rows + r] = res[j];
+            }
+            if (t_end - t == 2) {
+                const float* xs[2] = {x + t * w.cols, x + (t + 1) * w.cols};
+                float res[2];
+                Dot2(row, xs, w.cols, res);
+                y[t * w.rows + r] = res[0];
+                y[(t + 1) * w.rows + r] = res[1];
+            } else if (t_end - t == 1) {
+                const float* xs[1] = {x + t * w.cols};
+                Dot1(row, xs, w.cols, &y[t * w.rows + r]);
+            }
+        }
+    }
+}
+
+H2OKV_AVX2 void dequantize_q8_0(const std::byte* src, int64_t n, float* dst) {
+    for (int64_t b = 0; b < n / q8_0_block; ++b) {
+        const std::byte* block = src + static_cast<size_t>(b) * q8_0_block_bytes;
+        uint16_t dh;
+        std::memcpy(&dh, block, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+        const auto* qs = reinterpret_cast<const int8_t*>(block + 2);
+        for (int u = 0; u < 4; ++u) {
+            const __m256 q = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * u))));
+            _mm256_storeu_ps(dst + b * q8_0_block + 8 * u, _mm256_mul_ps(d, q));
+        }
+    }
+}
+
+template <typename L>
+H2OKV_AVX2 void dequantize_dense(const std::byte* src, int64_t n, float* dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, L::load8(src, i));
+    if (i < n) _mm256_maskstore_ps(dst + i, tail_mask(n - i), L::load_tail(src, i, n - i));
+}
+
+// Sum of exp(x[j] - m), each term stored back in x; lanes past n are masked out.
+H2OKV_AVX2 float exp_shifted_sum(float* x, int n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 s0 = _mm256_setzero_ps();
+    __m256 s1 = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m256 e0 = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + j), mv));
+        const __m256 e1 = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + j + 8), mv));
+        _mm256_storeu_ps(x + j, e0);
+        _mm256_storeu_ps(x + j + 8, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+    }
+    for (; j < n; j += 8) {
+        const __m256i mask = tail_mask(n - j);
+        const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + j, mask), mv));
+        const __m256 e_masked = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(x + j, mask, e_masked);
+        s0 = _mm256_add_ps(s0, e_masked);
+    }
+    return hsum(_mm256_add_ps(s0, s1));
+}
+
+H2OKV_AVX2 float max_of(const float* x, int n) {
+    __m256 m = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    int j = 0;
+    for (; j + 8 <= n; j += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + j));
+    float r = hmax(m);
+    for (; j < n; ++j) r = std::max(r, x[j]);
+    return r;
+}
+
+H2OKV_AVX2 void scale_in_place(float* x, int n, float s) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), sv));
+    for (; j < n; ++j) x[j] *= s;
+}
+
+// The eight sums of a0..a7's lanes, as one vector: [sum(a0), ..., sum(a7)].
+H2OKV_AVX2 inline __m256 hsum8(const __m256* a) {
+    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+    const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+    const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 u0 = _mm256_hadd_ps(t0, t1);  // per 128-bit lane: partial sums of a0..a3
+    const __m256 u1 = _mm256_hadd_ps(t2, t3);  // ... and of a4..a7
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// dst[s] = scale * dot(q, row s) for the 8 rows k + slot[s]*hd. Each row has its own accumulator, so eight
+// independent FMA chains run side by side and one transpose-add reduces them; a row's result does not
+// depend on the other seven (callers pad a short batch by repeating a slot).
+H2OKV_AVX2 void scores8(const float* q, const float* k, int hd, const int32_t* slot, float scale,
+                        __m256i tail, float* dst) {
+    const float* rows[8];
+    for (int s = 0; s < 8; ++s) rows[s] = k + static_cast<int64_t>(slot[s]) * hd;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= hd; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[s] + i), acc[s]);
+    }
+    if (i < hd) {
+        const __m256 qv = _mm256_maskload_ps(q + i, tail);
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s)
+            acc[s] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(rows[s] + i, tail), acc[s]);
+    }
+    _mm256_storeu_ps(dst, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+}
+
+// out[c .. c + 8*NC) += sum_j w[j] * v[slot_j][c ..] with the stripe held in NC registers across all slots;
+// the stripe's last chunk is loaded and stored through `last` (all lanes, or the head_dim tail).
+template <int NC>
+H2OKV_AVX2 void accumulate_stripe(float* out, const float* w, const float* v, int hd, const int32_t* slots,
+                                  int n, int c, __m256i last) {
+    __m256 acc[NC];
+#pragma GCC unroll 8
+    for (int u = 0; u < NC; ++u) acc[u] = _mm256_setzero_ps();
+    for (int j = 0; j < n; ++j) {
+        const float* row = v + static_cast<int64_t>(slots[j]) * hd + c;
+        const __m256 wv = _mm256_set1_ps(w[j]);
+#pragma GCC unroll 8
+        for (int u = 0; u + 1 < NC; ++u) acc[u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row + 8 * u), acc[u]);
+        acc[NC - 1] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(row + 8 * (NC - 1), last), acc[NC - 1]);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u + 1 < NC; ++u) _mm256_storeu_ps(out + c + 8 * u, acc[u]);
+    _mm256_maskstore_ps(out + c + 8 * (NC - 1), last, acc[NC - 1]);
+}
+
+// out = sum_j w[j] * v[slots[j]], in stripes of up to 64 floats; every output element is one FMA chain over
+// j in order, whatever the stripe layout.
+H2OKV_AVX2 void weighted_sum(float* out, const float* w, const float* v, int hd, const int32_t* slots,
+                             int n) {
+    for (int c = 0; c < hd; c += 64) {
+        const int width = std::min(64, hd - c);
+        const int chunks = (width + 7) / 8;
+        const __m256i last = tail_mask(width - 8 * (chunks - 1));
+        switch (chunks) {
+            case 1: accumulate_stripe<1>(out, w, v, hd, slots, n, c, last); break;
+            case 2: accumulate_stripe<2>(out, w, v, hd, slots, n, c, last); break;
+            case 3: accumulate_stripe<3>(out, w, v, hd, slots, n, c, last); break;
+            case 4: accumulate_stripe<4>(out, w, v, hd, slots, n, c, last); break;
+            case 5: accumulate_stripe<5>(out, w, v, hd, slots, n, c, last); break;
+            case 6: accumulate_stripe<6>(out, w, v, hd, slots, n, c, last); break;
+            case 7: accumulate_stripe<7>(out, w, v, hd, slots, n, c, last); break;
+            default: accumulate_stripe<8>(out, w, v, hd, slots, n, c, last); break;
+        }
+    }
+}
+
+}  // namespace
+
+H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
+                            int64_t r1) {
+    switch (w.type) {
+        case tensor_type::f32:
+            rows_with<dot_dense<f32_loader, 1>, dot_dense<f32_loader, 2>, dot_dense<f32_loader, 3>>(
+                w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::f16:
+            rows_with<dot_dense<f16_loader, 1>, dot_dense<f16_loader, 2>, dot_dense<f16_loader, 3>>(
+                w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::bf16:
+            rows_with<dot_dense<bf16_loader, 1>, dot_dense<bf16_loader, 2>, dot_dense<bf16_loader, 3>>(
+                w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::q8_0:
+            assert(w.cols % q8_0_block == 0);
+            rows_with<dot_q8_0<1>, dot_q8_0<2>, dot_q8_0<3>>(w, x, n_tok, y, r0, r1);
+            return;
+        default: assert(false && "matmul: unsupported tensor type"); return;
+    }
+}
+
+H2OKV_AVX2 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) {
+    switch (t) {
+        case tensor_type::f32: dequantize_dense<f32_loader>(src, n, dst); return;
+        case tensor_type::f16: dequantize_dense<f16_loader>(src, n, dst); return;
+        case tensor_type::bf16: dequantize_dense<bf16_loader>(src, n, dst); return;
+        case tensor_type::q8_0:
+            assert(n % q8_0_block == 0);
+            dequantize_q8_0(src, n, dst);
+            return;
+        default: assert(false && "dequantize_row: unsupported tensor type"); return;
+    }
+}
+
+H2OKV_AVX2 void exp_nonpositive(const float* x, int n, float* out) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp_nonpositive(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        const __m256i mask = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, mask, exp_nonpositive(_mm256_maskload_ps(x + i, mask)));
+    }
+}
+
+H2OKV_AVX2 void softmax(float* x, int n) {
+    if (n <= 0) return;
+    const float m = max_of(x, n);
+    const float sum = exp_shifted_sum(x, n, m);
+    scale_in_place(x, n, 1.0f / sum);
+}
+
+H2OKV_AVX2 void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots,
+                       int n, float scale, float* out, float* scratch, double* score_row) {
+    if (n <= 0) {
+        std::fill(out, out + head_dim, 0.0f);
+        return;
+    }
+    const __m256i tail = tail_mask(head_dim % 8);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) scores8(q, k, head_dim, slots + j, scale, tail, scratch + j);
+    if (j < n) {
+        int32_t pad[8];
+        float s8[8];
+        for (int s = 0; s < 8; ++s) pad[s] = slots[std::min(j + s, n - 1)];
+        scores8(q, k, head_dim, pad, scale, tail, s8);
+        std::memcpy(scratch + j, s8, static_cast<size_t>(n - j) * sizeof(float));
+    }
+    softmax(scratch, n);
+    weighted_sum(out, scratch, v, head_dim, slots, n);
+    if (score_row != nullptr) {
+        for (int i = 0; i < n; ++i) score_row[slots[i]] += static_cast<double>(scratch[i]);
+    }
+}
+
+}  // namespace h2okv::kernels::avx2
+
+namespace h2okv::kernels::detail {
+
+bool cpu_has_avx2() {
+    static const bool has =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return has;
+}
+
+const kernel_table& avx2_table() {
+    static const kernel_table t{isa::avx2, &avx2::matmul_rows, &avx2::dequantize_row, &avx2::softmax,
+                                &avx2::attend};
+    return t;
+}
+
+}  // namespace h2okv::kernels::detail
+
+#endif  // H2OKV_KERNELS_X86

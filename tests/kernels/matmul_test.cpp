@@ -1,0 +1,259 @@
+// matmul and dequantize_row: every variant against the reference and an exact oracle over odd shapes, tails,
+// strided rows and token counts; bit-identical results across thread counts and token groupings.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "h2okv/kernels/kernels.h"
+#include "kernel_test_util.h"
+#include "kernels/dispatch.h"
+#include "kernels/ref/ref.h"
+#ifdef H2OKV_KERNELS_X86
+#include "kernels/x86/avx2.h"
+#endif
+
+namespace h2okv::kernels {
+namespace {
+
+using gguf::tensor_type;
+using test_support::encode_matrix;
+using test_support::encoded_matrix;
+using test_support::gamma_k;
+using test_support::random_floats;
+
+using rows_fn = void (*)(const matrix_view&, const float*, int, float*, int64_t, int64_t);
+
+struct variant {
+    const char* name;
+    rows_fn rows;
+};
+
+std::vector<variant> fast_variants() {
+    std::vector<variant> v;
+#ifdef H2OKV_KERNELS_X86
+    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows});
+#endif
+    return v;
+}
+
+// Roundings each product w_i*x_i can pass through in the fastest variant, from its operation sequence:
+// dense types: 1 (fma) + up to cols/32 + 4 (later fmas into the same accumulator: 32-steps, 8-steps, the
+// tail) + 2 (joining the 4 accumulators) + 3 (horizontal sum) <= cols/32 + 10;
+// Q8_0 (d*q is exact in float): 2 (q*x in a partial sum, one more fma) + 1 (joining the partials) + 1
+// (d * partial fma) + up to cols/64 (later blocks into the same accumulator) + 1 (joining) + 3 <= cols/64
+// + 8.
+double roundings(tensor_type t, int64_t cols) {
+    return t == tensor_type::q8_0 ? static_cast<double>(cols) / 64 + 8 : static_cast<double>(cols) / 32 + 10;
+}
+
+struct oracle {
+    std::vector<double> exact;    // [n_tok][rows]
+    std::vector<double> abs_sum;  // sum |w_i x_i|
+};
+
+oracle exact_products(const encoded_matrix& m, const std::vector<float>& x, int n_tok) {
+    oracle o;
+    o.exact.resize(static_cast<size_t>(n_tok * m.rows));
+    o.abs_sum.resize(o.exact.size());
+    for (int t = 0; t < n_tok; ++t) {
+        for (int64_t r = 0; r < m.rows; ++r) {
+            long double s = 0;
+            long double a = 0;
+            for (int64_t i = 0; i < m.cols; ++i) {
+                const long double p = static_cast<long double>(m.values[r * m.cols + i]) * x[t * m.cols + i];
+                s += p;
+                a += std::fabs(p);
+            }
+            o.exact[t * m.rows + r] = static_cast<double>(s);
+            o.abs_sum[t * m.rows + r] = static_cast<double>(a);
+        }
+    }
+    return o;
+}
+
+// |got - exact| <= gamma(k) * sum|w x| + u * |exact| (+ a denormal floor): the bound of the variant's own
+// roundings plus the final rounding to float.
+void expect_within_bound(const char* who, const std::vector<float>& got, const oracle& o, double k) {
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double bound =
+            gamma_k(k) * o.abs_sum[i] + test_support::unit_roundoff * std::fabs(o.exact[i]) + 1e-37;
+        ASSERT_LE(std::fabs(got[i] - o.exact[i]), bound)
+            << who << " output " << i << ": got " << got[i] << ", exact " << o.exact[i];
+    }
+}
+
+const tensor_type all_types[] = {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0};
+
+TEST(Matmul, VariantsMatchReferenceOverOddShapes) {
+    const int64_t dense_cols[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65, 100, 172, 257, 1000};
+    const int64_t q8_cols[] = {32, 64, 96, 160, 256, 704, 1024};
+    const int64_t row_counts[] = {1, 5, 17};
+    const int tok_counts[] = {1, 2, 3, 4, 5, 7, 26};
+    int compared = 0;
+    uint32_t seed = 1;
+    for (tensor_type type : all_types) {
+        const bool q8 = type == tensor_type::q8_0;
+        const auto cols_list = q8 ? std::vector<int64_t>(std::begin(q8_cols), std::end(q8_cols))
+                                  : std::vector<int64_t>(std::begin(dense_cols), std::end(dense_cols));
+        for (int64_t cols : cols_list) {
+            for (int64_t rows : row_counts) {
+                for (int n_tok : tok_counts) {
+                    if (rows * cols * n_tok > 200000 && n_tok > 3) continue;  // keep the test quick
+                    const encoded_matrix m = encode_matrix(type, rows, cols, seed++, /*row_padding=*/6);
+                    const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), seed++);
+                    const oracle o = exact_products(m, x, n_tok);
+                    std::vector<float> y_ref(static_cast<size_t>(n_tok * rows), -1.0f);
+                    ref::matmul(m.view(), x.data(), n_tok, y_ref.data());
+                    // The reference accumulates in double (cols * 2^-53 < 1e-3 * u for these cols); beyond
+                    // that only its final rounding to float is visible.
+                    expect_within_bound("reference", y_ref, o, 1e-3);
+                    for (const variant& v : fast_variants()) {
+                        std::vector<float> y(y_ref.size(), -1.0f);
+                        v.rows(m.view(), x.data(), n_tok, y.data(), 0, rows);
+                        SCOPED_TRACE(::testing::Message()
+                                     << v.name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type))
+                                     << " rows " << rows << " cols " << cols << " n_tok " << n_tok);
+                        expect_within_bound(v.name, y, o, roundings(type, cols));
+                        ++compared;
+                    }
+                }
+            }
+        }
+    }
+    if (fast_variants().empty()) GTEST_SKIP() << "no SIMD variant on this CPU; the reference was checked";
+    EXPECT_GT(compared, 300);
+}
+
+TEST(Matmul, PartialRowRangesWriteOnlyTheirRows) {
+    const encoded_matrix m = encode_matrix(tensor_type::f16, 40, 72, 3);
+    const std::vector<float> x = random_floats(3 * 72, 4);
+    std::vector<rows_fn> fns = {&ref::matmul_rows};
+    for (const variant& v : fast_variants()) fns.push_back(v.rows);
+    for (rows_fn fn : fns) {
+        std::vector<float> y(3 * 40, 7.0f);
+        fn(m.view(), x.data(), 3, y.data(), 11, 29);
+        std::vector<float> full(3 * 40);
+        fn(m.view(), x.data(), 3, full.data(), 0, 40);
+        for (int t = 0; t < 3; ++t) {
+            for (int r = 0; r < 40; ++r) {
+                if (r >= 11 && r < 29) {
+                    EXPECT_EQ(y[t * 40 + r], full[t * 40 + r]);
+                } else {
+                    EXPECT_EQ(y[t * 40 + r], 7.0f);
+                }
+            }
+        }
+    }
+}
+
+// Each output's operation sequence must not depend on how many tokens share the call (prefill chunking) or
+// where the row block starts.
+TEST(Matmul, TokenGroupingDoesNotChangeBits) {
+    for (tensor_type type : all_types) {
+        const encoded_matrix m = encode_matrix(type, 33, 160, 5);
+        const int n_tok = 29;  // spans a 24-token tile, groups of 3, and a tail of 2
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * 160), 6);
+        std::vector<rows_fn> fns = {&ref::matmul_rows};
+        for (const variant& v : fast_variants()) fns.push_back(v.rows);
+        for (rows_fn fn : fns) {
+            std::vector<float> all(static_cast<size_t>(n_tok * 33));
+            fn(m.view(), x.data(), n_tok, all.data(), 0, 33);
+            for (int t = 0; t < n_tok; ++t) {
+                std::vector<float> one(33);
+                fn(m.view(), x.data() + t * 160, 1, one.data(), 0, 33);
+                ASSERT_EQ(std::memcmp(one.data(), all.data() + t * 33, 33 * sizeof(float)), 0)
+                    << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " token " << t;
+            }
+        }
+    }
+}
+
+TEST(Matmul, BitIdenticalAcrossThreadCounts) {
+    const int saved_threads = omp_get_max_threads();
+    for (tensor_type type : all_types) {
+        // Large enough to take the parallel path (rows * cols * n_tok well above its threshold).
+        const encoded_matrix m = encode_matrix(type, 300, 512, 8);
+        const int n_tok = 5;
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * 512), 9);
+        std::vector<std::vector<float>> results;
+        for (int threads : {1, 2, 3}) {
+            omp_set_num_threads(threads);
+            std::vector<float> y(static_cast<size_t>(n_tok * 300));
+            matmul(m.view(), x.data(), n_tok, y.data());
+            results.push_back(std::move(y));
+        }
+        for (size_t i = 1; i < results.size(); ++i) {
+            EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)), 0)
+                << gguf::tensor_type_name(static_cast<uint32_t>(type)) << ": 1 thread vs " << i + 1;
+        }
+    }
+    omp_set_num_threads(saved_threads);
+}
+
+TEST(Matmul, DispatchUsesTheSelectedVariant) {
+    const isa saved = active_isa();
+    const encoded_matrix m = encode_matrix(tensor_type::q8_0, 64, 256, 12);
+    const std::vector<float> x = random_floats(2 * 256, 13);
+    std::vector<float> expected(2 * 64);
+    std::vector<float> got(2 * 64);
+    ASSERT_TRUE(set_isa(isa::reference));
+    EXPECT_EQ(active_isa(), isa::reference);
+    ref::matmul(m.view(), x.data(), 2, expected.data());
+    matmul(m.view(), x.data(), 2, got.data());
+    EXPECT_EQ(std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)), 0);
+#ifdef H2OKV_KERNELS_X86
+    if (detail::cpu_has_avx2()) {
+        ASSERT_TRUE(set_isa(isa::avx2));
+        avx2::matmul_rows(m.view(), x.data(), 2, expected.data(), 0, 64);
+        matmul(m.view(), x.data(), 2, got.data());
+        EXPECT_EQ(std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)), 0);
+        EXPECT_EQ(best_isa(), isa::avx2);
+    } else {
+        EXPECT_FALSE(set_isa(isa::avx2));
+    }
+#endif
+    ASSERT_TRUE(set_isa(saved));
+}
+
+TEST(Matmul, SupportedTypesAndRowSizes) {
+    for (tensor_type t : all_types) EXPECT_TRUE(matmul_supports(t));
+    EXPECT_FALSE(matmul_supports(tensor_type::q4_0));
+    EXPECT_FALSE(matmul_supports(tensor_type::q6_k));
+    EXPECT_EQ(row_size(tensor_type::f32, 10), 40u);
+    EXPECT_EQ(row_size(tensor_type::f16, 10), 20u);
+    EXPECT_EQ(row_size(tensor_type::bf16, 10), 20u);
+    EXPECT_EQ(row_size(tensor_type::q8_0, 64), 68u);
+    EXPECT_EQ(row_size(tensor_type::q8_0, 40), 0u);
+    EXPECT_EQ(row_size(tensor_type::q4_k, 256), 0u);
+}
+
+// Dequantization is exact for every type: every variant must reproduce the encoded values bit for bit.
+TEST(DequantizeRow, ExactForEveryTypeAndVariant) {
+    using deq_fn = void (*)(tensor_type, const std::byte*, int64_t, float*);
+    std::vector<std::pair<const char*, deq_fn>> fns = {{"reference", &ref::dequantize_row},
+                                                       {"dispatched", &dequantize_row}};
+#ifdef H2OKV_KERNELS_X86
+    if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
+#endif
+    for (tensor_type type : all_types) {
+        for (int64_t cols : {1, 7, 8, 13, 32, 64, 100, 160, 333}) {
+            if (type == tensor_type::q8_0 && cols % 32 != 0) continue;
+            const encoded_matrix m = encode_matrix(type, 1, cols, static_cast<uint32_t>(cols));
+            for (const auto& [name, fn] : fns) {
+                std::vector<float> out(static_cast<size_t>(cols) + 8, 123.0f);
+                fn(type, m.bytes.data(), cols, out.data());
+                ASSERT_EQ(std::memcmp(out.data(), m.values.data(), static_cast<size_t>(cols) * 4), 0)
+                    << name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " cols " << cols;
+                for (size_t i = static_cast<size_t>(cols); i < out.size(); ++i) {
+                    ASSERT_EQ(out[i], 123.0f) << name << " wrote past the row";
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace h2okv::kernels

@@ -1,0 +1,227 @@
+// rmsnorm, rope, softmax, swiglu against direct formulas evaluated in long double, and the SIMD softmax
+// against the reference.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "h2okv/kernels/kernels.h"
+#include "kernel_test_util.h"
+#include "kernels/dispatch.h"
+#include "kernels/ref/ref.h"
+#ifdef H2OKV_KERNELS_X86
+#include "kernels/x86/avx2.h"
+#endif
+
+namespace h2okv::kernels {
+namespace {
+
+using test_support::gamma_k;
+using test_support::random_floats;
+constexpr double u = test_support::unit_roundoff;
+
+TEST(Rmsnorm, MatchesFormula) {
+    for (int n : {1, 2, 7, 64, 100, 257, 2048}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 3.0f);
+        const std::vector<float> w = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1));
+        const float eps = 1e-5f;
+        std::vector<float> out(static_cast<size_t>(n));
+        rmsnorm(x.data(), w.data(), n, eps, out.data());
+        long double ss = 0;
+        for (float v : x) ss += static_cast<long double>(v) * v;
+        const long double s = 1.0L / std::sqrt(ss / n + static_cast<long double>(eps));
+        for (int i = 0; i < n; ++i) {
+            const long double exact = x[i] * s * w[i];
+            // The scale rounds once to float, then two float multiplications: 3 roundings (+1 of slack for
+            // the double sum and square root, far below u).
+            ASSERT_LE(std::fabs(out[i] - exact), gamma_k(4) * std::fabs(exact) + 1e-37)
+                << "n " << n << " i " << i;
+        }
+        std::vector<float> in_place = x;
+        rmsnorm(in_place.data(), w.data(), n, eps, in_place.data());
+        EXPECT_EQ(std::memcmp(in_place.data(), out.data(), out.size() * 4), 0) << "aliasing out = x";
+    }
+}
+
+void rope_exact(std::vector<long double>& x, int n_heads, int head_dim, int rope_dim, int64_t pos,
+                double base, rope_pairing p) {
+    for (int h = 0; h < n_heads; ++h) {
+        for (int i = 0; i < rope_dim / 2; ++i) {
+            const long double theta = static_cast<long double>(pos) *
+                                      std::pow(static_cast<long double>(base), -2.0L * i / rope_dim);
+            const int a = h * head_dim + (p == rope_pairing::normal ? 2 * i : i);
+            const int b = h * head_dim + (p == rope_pairing::normal ? 2 * i + 1 : i + rope_dim / 2);
+            const long double re = x[a];
+            const long double im = x[b];
+            x[a] = re * std::cos(theta) - im * std::sin(theta);  // (re + i im) * e^(i theta)
+            x[b] = re * std::sin(theta) + im * std::cos(theta);
+        }
+    }
+}
+
+TEST(Rope, MatchesComplexRotation) {
+    struct shape {
+        int n_heads, head_dim, rope_dim;
+    };
+    for (const shape s :
+         {shape{8, 8, 8}, shape{4, 64, 64}, shape{3, 64, 32}, shape{2, 128, 128}, shape{1, 2, 2}}) {
+        for (rope_pairing p : {rope_pairing::normal, rope_pairing::neox}) {
+            for (int64_t pos : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{511}, int64_t{4095},
+                                int64_t{100000}, int64_t{1} << 24}) {
+                for (float base : {10000.0f, 500000.0f}) {
+                    const int n = s.n_heads * s.head_dim;
+                    std::vector<float> x =
+                        random_floats(static_cast<size_t>(n), static_cast<uint32_t>(pos + n));
+                    const std::vector<float> before = x;
+                    std::vector<long double> exact(x.begin(), x.end());
+                    rope(x.data(), s.n_heads, s.head_dim, s.rope_dim, pos, base, p);
+                    rope_exact(exact, s.n_heads, s.head_dim, s.rope_dim, pos, base, p);
+                    for (int h = 0; h < s.n_heads; ++h) {
+                        for (int d = 0; d < s.head_dim; ++d) {
+                            const int i = h * s.head_dim + d;
+                            // Partner of d in its pair, to bound the error by the pair's magnitude.
+                            const int pair_dim = p == rope_pairing::normal ? (d ^ 1)
+                                                 : d < s.rope_dim / 2      ? d + s.rope_dim / 2
+                                                                           : d - s.rope_dim / 2;
+                            if (d >= s.rope_dim || pos == 0) {
+                                ASSERT_EQ(x[i], before[i]) << "dim " << d << " must stay untouched";
+                                continue;
+                            }
+                            // cos and sin round once each to float, then two products and a sum: an error of
+                            // at most 4u * (|x0| + |x1|) (+1u of slack for the angle computed in double).
+                            const double mag =
+                                std::fabs(before[i]) + std::fabs(before[h * s.head_dim + pair_dim]);
+                            ASSERT_LE(std::fabs(x[i] - exact[i]), 5 * u * mag)
+                                << "pos " << pos << " head " << h << " dim " << d << " base " << base;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// exp(x_i - m) / sum, exact in long double for the same float differences x_i - m the kernels form.
+std::vector<long double> softmax_exact(const std::vector<float>& x) {
+    float m = x[0];
+    for (float v : x) m = std::max(m, v);
+    std::vector<long double> e(x.size());
+    long double sum = 0;
+    for (size_t i = 0; i < x.size(); ++i) sum += e[i] = std::exp(static_cast<long double>(x[i] - m));
+    for (auto& v : e) v /= sum;
+    return e;
+}
+
+TEST(Softmax, ReferenceMatchesFormula) {
+    for (int n : {1, 2, 5, 8, 9, 100, 1000, 4097}) {
+        const std::vector<float> x =
+            random_floats(static_cast<size_t>(n), static_cast<uint32_t>(3 * n), 4.0f);
+        const std::vector<long double> exact = softmax_exact(x);
+        std::vector<float> got = x;
+        ref::softmax(got.data(), n);
+        for (int i = 0; i < n; ++i) {
+            // expf (< 1 ulp in glibc) + the final product and its rounding; the double sum adds n * 2^-53.
+            ASSERT_LE(std::fabs(got[i] - exact[i]), gamma_k(3) * exact[i] + 1e-40) << "n " << n << " i " << i;
+        }
+    }
+}
+
+#ifdef H2OKV_KERNELS_X86
+// The vector exp's relative error: Cephes documents a peak of 1.3u for this polynomial evaluated in float;
+// the two-step Cody-Waite reduction (|r| <= ln2/2, the rounding of r relayed as a relative error of at most
+// u * |r| < 0.35u) and the polynomial's float evaluation bring it under 3u (the largest seen over every 7th
+// float of [-87, 0] is 1.99u).
+constexpr double exp_rel_error = 3 * u;
+
+TEST(VectorExp, RelativeErrorBelowBound) {
+    if (!detail::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+    std::vector<float> x;
+    for (uint32_t bits = 0x80000000u;; bits += 4093) {  // every 4093rd float from -0 down to -87
+        const float v = std::bit_cast<float>(bits);
+        if (v < -87.0f) break;
+        x.push_back(v);
+    }
+    for (int k = 1; k < 250; ++k) {  // around the reduction's interval ends, -(k + 1/2) ln 2
+        const float edge = static_cast<float>(-(k + 0.5) * 0.6931471805599453);
+        x.push_back(std::nextafter(edge, 0.0f));
+        x.push_back(edge);
+        x.push_back(std::nextafter(edge, -1.0f));
+    }
+    std::vector<float> y(x.size());
+    avx2::exp_nonpositive(x.data(), static_cast<int>(x.size()), y.data());
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        if (x[i] < -87.0f) {
+            EXPECT_EQ(y[i], 0.0f) << x[i];
+            continue;
+        }
+        const long double e = std::exp(static_cast<long double>(x[i]));
+        const double rel = static_cast<double>(std::fabs(y[i] - e) / e);
+        worst = std::max(worst, rel);
+        ASSERT_LE(rel, exp_rel_error)
+            << "exp(" << x[i] << ") = " << y[i] << ", exact " << static_cast<double>(e);
+    }
+    EXPECT_GT(x.size(), 200000u);
+    EXPECT_GT(worst, 0.0);  // the test would not notice a broken comparison otherwise
+}
+
+TEST(Softmax, Avx2MatchesReference) {
+    if (!detail::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+    for (int n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 100, 1000, 4096, 4099}) {
+        for (float spread : {0.1f, 4.0f, 40.0f}) {
+            const std::vector<float> x =
+                random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), spread);
+            std::vector<float> a = x;
+            std::vector<float> r = x;
+            avx2::softmax(a.data(), n);
+            ref::softmax(r.data(), n);
+            // Each weight: its exp (exp_rel_error vs the reference's < 1u), the float lane sum (gamma(n/16 +
+            // 5) relative, two lane sets of 8 then the horizontal sum), the reciprocal and the product (2u),
+            // and the reference's own 3u.
+            const double rel = 2 * exp_rel_error + gamma_k(n / 16.0 + 5) + 6 * u;
+            for (int i = 0; i < n; ++i) {
+                // Terms under e^-87 are flushed to 0 by the vector exp (absolute error < 2e-38).
+                ASSERT_LE(std::fabs(a[i] - r[i]), rel * r[i] + 2e-38)
+                    << "n " << n << " spread " << spread << " i " << i << ": " << a[i] << " vs " << r[i];
+            }
+        }
+    }
+}
+#endif
+
+TEST(Softmax, DispatchedSumsToOne) {
+    std::vector<float> x = random_floats(1001, 5, 3.0f);
+    softmax(x.data(), 1001);
+    double s = 0;
+    for (float v : x) {
+        ASSERT_GE(v, 0.0f);
+        s += v;
+    }
+    EXPECT_NEAR(s, 1.0, 1e-5);
+}
+
+TEST(Swiglu, MatchesFormula) {
+    std::vector<float> gate = random_floats(1000, 1, 5.0f);
+    const std::vector<float> up = random_floats(1000, 2, 2.0f);
+    gate[0] = -100.0f;  // exp(100) overflows float: silu must still go to -0, not NaN
+    gate[1] = 100.0f;
+    gate[2] = 0.0f;
+    std::vector<float> out(1000);
+    swiglu(gate.data(), up.data(), 1000, out.data());
+    for (int i = 0; i < 1000; ++i) {
+        const long double g = gate[i];
+        const long double exact = g / (1.0L + std::exp(-g)) * up[i];
+        // expf (1u), 1 + e (1u), the division (1u), the product (1u), +1u slack for expf's error amplified by
+        // e / (1 + e) <= 1.
+        ASSERT_LE(std::fabs(out[i] - exact), gamma_k(5) * std::fabs(exact) + 1e-37)
+            << i << " gate " << gate[i];
+    }
+    std::vector<float> aliased = gate;
+    swiglu(aliased.data(), up.data(), 1000, aliased.data());
+    EXPECT_EQ(std::memcmp(aliased.data(), out.data(), 4000), 0) << "aliasing out = gate";
+}
+
+}  // namespace
+}  // namespace h2okv::kernels

@@ -1,0 +1,544 @@
+#!/usr/bin/python3
+"""An independent numpy reference of h2okv: a float64 llama forward pass plus the KV eviction contract.
+
+It shares no code with the C++ engine: its own GGUF parser (v2/v3), dequantisation (F32, F16, BF16, Q8_0),
+SentencePiece encoder/decoder, forward pass and eviction bookkeeping, written from the GGUF format description
+and /work/shared/SPEC.md ("the eviction contract"). Needs only numpy; run it with /usr/bin/python3.
+
+Usage:
+  llama_ref.py --model M --tokens "1 403 407 261 378" --out LOGITS.npy
+  llama_ref.py --model M --tokens "..." --policy h2o --budget 8 [--recent R] [--sinks S] [--decay D]
+               [--granularity head|layer|model] [--chunk C] --out LOGITS.npy [--trace TRACE.jsonl]
+  llama_ref.py --model M --text-file F --max-tokens 512 --perplexity      # BOS + the text's first tokens
+  llama_ref.py --model M --text "Once upon a time" --generate 196        # greedy continuation, printed
+  llama_ref.py --model M --text "Once upon a time" --print-ids           # the token ids (BOS first)
+
+--out writes the logits of every processed position as float64 [n_tokens][n_vocab]; --trace writes one JSON
+line per chunk after its evictions: {"pos": last position of the chunk, "kept": [[positions of layer 0 KV
+head 0], [layer 0 KV head 1], ...]} (layer-major, sorted; coarser granularities repeat their shared set).
+"""
+
+import argparse
+import heapq
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------------- GGUF
+
+GGUF_SCALARS = {  # value type -> struct format
+    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d",
+}
+GGUF_STRING, GGUF_ARRAY = 8, 9
+T_F32, T_F16, T_Q8_0, T_BF16 = 0, 1, 8, 30
+Q8_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])  # 34 bytes: fp16 scale, 32 int8
+
+
+class GgufError(Exception):
+    pass
+
+
+class Gguf:
+    """Parses a GGUF v2/v3 file: metadata dict, tensor infos, data section offset."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.buf = f.read()
+        self.pos = 0
+        magic = self.buf[:4]
+        if magic != b"GGUF":
+            raise GgufError(f"{path}: magic {magic!r}, expected b'GGUF'")
+        self.pos = 4
+        self.version = self._scalar("<I")
+        if self.version not in (2, 3):
+            raise GgufError(f"{path}: version {self.version}, expected 2 or 3")
+        n_tensors = self._scalar("<Q")
+        n_kv = self._scalar("<Q")
+        self.metadata = {}
+        for _ in range(n_kv):
+            key = self._string()
+            vtype = self._scalar("<I")
+            self.metadata[key] = self._value(vtype)
+        self.tensors = {}
+        for _ in range(n_tensors):
+            name = self._string()
+            n_dims = self._scalar("<I")
+            dims = [self._scalar("<Q") for _ in range(n_dims)]
+            ttype = self._scalar("<I")
+            offset = self._scalar("<Q")
+            self.tensors[name] = (dims, ttype, offset)
+        alignment = int(self.metadata.get("general.alignment", 32))
+        self.data_start = (self.pos + alignment - 1) // alignment * alignment
+
+    def _scalar(self, fmt):
+        size = struct.calcsize(fmt)
+        if self.pos + size > len(self.buf):
+            raise GgufError(f"truncated file at byte {self.pos}")
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return v
+
+    def _string(self):
+        n = self._scalar("<Q")
+        if self.pos + n > len(self.buf):
+            raise GgufError(f"string of {n} bytes at {self.pos} runs past the end")
+        s = self.buf[self.pos:self.pos + n].decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def _value(self, vtype):
+        if vtype in GGUF_SCALARS:
+            return self._scalar(GGUF_SCALARS[vtype])
+        if vtype == GGUF_STRING:
+            return self._string()
+        if vtype == GGUF_ARRAY:
+            etype = self._scalar("<I")
+            n = self._scalar("<Q")
+            if etype in GGUF_SCALARS:  # read numeric arrays in one go
+                dt = np.dtype(GGUF_SCALARS[etype])
+                a = np.frombuffer(self.buf, dtype=dt, count=n, offset=self.pos)
+                self.pos += n * dt.itemsize
+                return a.tolist()
+            return [self._value(etype) for _ in range(n)]
+        raise GgufError(f"unknown metadata value type {vtype} at byte {self.pos}")
+
+    def tensor(self, name):
+        """The tensor as float64, numpy shape = reversed GGUF dims (a matrix is [rows][cols])."""
+        dims, ttype, offset = self.tensors[name]
+        n = int(np.prod(dims))
+        start = self.data_start + offset
+        if ttype == T_F32:
+            a = np.frombuffer(self.buf, dtype="<f4", count=n, offset=start).astype(np.float64)
+        elif ttype == T_F16:
+            a = np.frombuffer(self.buf, dtype="<f2", count=n, offset=start).astype(np.float64)
+        elif ttype == T_BF16:
+            h = np.frombuffer(self.buf, dtype="<u2", count=n, offset=start).astype(np.uint32) << 16
+            a = h.view(np.float32).astype(np.float64)
+        elif ttype == T_Q8_0:
+            if n % 32:
+                raise GgufError(f"{name}: {n} elements is not a whole number of Q8_0 blocks")
+            blocks = np.frombuffer(self.buf, dtype=Q8_0_BLOCK, count=n // 32, offset=start)
+            a = (blocks["d"].astype(np.float64)[:, None] * blocks["qs"].astype(np.float64)).reshape(-1)
+        else:
+            raise GgufError(f"{name}: tensor type {ttype} is not supported (F32, F16, BF16, Q8_0)")
+        return a.reshape(list(reversed(dims)))
+
+
+# ----------------------------------------------------------------------------------------------- tokenizer
+
+class SpmTokenizer:
+    """SentencePiece-style BPE from GGUF metadata (tokenizer.ggml.model = llama): merge the adjacent pair
+    whose concatenation is the highest-scoring vocabulary piece (leftmost on ties) until none is left, then
+    byte fallback (<0xXX>) for pieces not in the vocabulary."""
+
+    def __init__(self, gguf):
+        md = gguf.metadata
+        self.pieces = md["tokenizer.ggml.tokens"]
+        self.scores = md.get("tokenizer.ggml.scores", [0.0] * len(self.pieces))
+        self.ids = {p: i for i, p in enumerate(self.pieces)}
+        self.bos = md.get("tokenizer.ggml.bos_token_id", 1)
+        self.add_space_prefix = md.get("tokenizer.ggml.add_space_prefix", True)
+
+    def encode(self, text, bos=True):
+        if not text:  # no dummy prefix for empty text (llama.cpp's convention)
+            return [self.bos] if bos else []
+        if self.add_space_prefix:
+            text = " " + text
+        symbols = list(text.replace(" ", "\u2581"))
+        alive = [True] * len(symbols)
+        prev = list(range(-1, len(symbols) - 1))
+        nxt = list(range(1, len(symbols) + 1))
+        heap = []
+
+        def push(i):
+            j = nxt[i]
+            if j >= len(symbols):
+                return
+            merged = symbols[i] + symbols[j]
+            tid = self.ids.get(merged)
+            if tid is not None:
+                heapq.heappush(heap, (-self.scores[tid], i, symbols[i], symbols[j]))
+
+        for i in range(len(symbols) - 1):
+            push(i)
+        while heap:
+            _, i, left, right = heapq.heappop(heap)
+            j = nxt[i] if alive[i] else len(symbols)
+            if not alive[i] or j >= len(symbols) or symbols[i] != left or symbols[j] != right:
+                continue  # stale: one side changed since this pair was queued
+            symbols[i] = left + right
+            alive[j] = False
+            nxt[i] = nxt[j]
+            if nxt[i] < len(symbols):
+                prev[nxt[i]] = i
+            if prev[i] >= 0:
+                push(prev[i])
+            push(i)
+        out = [self.bos] if bos else []
+        for i, s in enumerate(symbols):
+            if not alive[i]:
+                continue
+            tid = self.ids.get(s)
+            if tid is not None:
+                out.append(tid)
+            else:
+                out.extend(self.ids[f"<0x{b:02X}>"] for b in s.encode("utf-8"))
+        return out
+
+    def decode(self, ids):
+        data = bytearray()
+        for tid in ids:
+            p = self.pieces[tid]
+            if len(p) == 6 and p.startswith("<0x") and p.endswith(">"):
+                data.append(int(p[3:5], 16))
+            else:
+                data.extend(p.replace("\u2581", " ").encode("utf-8"))
+        text = data.decode("utf-8", errors="replace")
+        return text[1:] if self.add_space_prefix and text.startswith(" ") else text
+
+
+# ------------------------------------------------------------------------------------------------- model
+
+class Llama:
+    def __init__(self, gguf):
+        md = gguf.metadata
+        if md.get("general.architecture") != "llama":
+            raise GgufError(f"architecture {md.get('general.architecture')!r}, expected 'llama'")
+        self.n_embd = int(md["llama.embedding_length"])
+        self.n_layer = int(md["llama.block_count"])
+        self.n_head = int(md["llama.attention.head_count"])
+        self.n_kv = int(md.get("llama.attention.head_count_kv", self.n_head))
+        self.head_dim = int(md.get("llama.attention.key_length", self.n_embd // self.n_head))
+        self.eps = float(md["llama.attention.layer_norm_rms_epsilon"])
+        self.rope_dim = int(md.get("llama.rope.dimension_count", self.head_dim))
+        self.freq_base = float(md.get("llama.rope.freq_base", 10000.0))
+        self.group = self.n_head // self.n_kv
+        t = gguf.tensor
+        self.tok_embd = t("token_embd.weight")
+        self.n_vocab = self.tok_embd.shape[0]
+        self.layers = []
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            self.layers.append({name: t(p + name + ".weight") for name in (
+                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
+                "ffn_down")})
+        self.output_norm = t("output_norm.weight")
+        self.output = t("output.weight") if "output.weight" in gguf.tensors else self.tok_embd
+        # theta_i = pos * base^(-2i/rope_dim), i < rope_dim/2
+        self.inv_freq = self.freq_base ** (-2.0 * np.arange(self.rope_dim // 2) / self.rope_dim)
+
+    def rmsnorm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, positions):
+        """x: [C][heads][head_dim]; rotates pairs (2i, 2i+1) of the first rope_dim dims ("normal" pairing)."""
+        theta = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # [C][rope_dim/2]
+        c = np.cos(theta)[:, None, :]
+        s = np.sin(theta)[:, None, :]
+        x = x.copy()
+        a = x[..., 0:self.rope_dim:2].copy()
+        b = x[..., 1:self.rope_dim:2].copy()
+        x[..., 0:self.rope_dim:2] = a * c - b * s
+        x[..., 1:self.rope_dim:2] = a * s + b * c
+        return x
+
+
+# ------------------------------------------------------------------------------------------------ policy
+
+POLICIES = ("full", "window", "streaming", "h2o", "tova")
+GRANULARITIES = ("head", "layer", "model")
+
+
+class PolicyError(Exception):
+    """A refused policy parameter or run setting."""
+
+
+def resolve_budget(text, run_length):
+    """SPEC 6: an integer is a count (>= 1); a value with a decimal point a fraction in (0, 1] of the run."""
+    if text is None:
+        return None
+    if "." in text:
+        f = float(text)
+        if not 0.0 < f <= 1.0:
+            raise PolicyError(f"budget fraction {text} must be in (0, 1]")
+        return max(1, int(math.floor(f * run_length)))
+    n = int(text)
+    if n < 1:
+        raise PolicyError(f"budget {n} must be >= 1")
+    return n
+
+
+def resolve_policy(name, budget, recent, sinks, decay):
+    """Applies SPEC 5's defaults and validation; returns (budget, recent, sinks, decay)."""
+    if name not in POLICIES:
+        raise PolicyError(f"unknown policy '{name}' (valid: {', '.join(POLICIES)})")
+    for label, v in (("recent", recent), ("sinks", sinks)):
+        if v is not None and v < 0:
+            raise PolicyError(f"{label} {v} must be >= 0")
+    if name == "full":
+        return None, 0, 0, 1.0
+    if budget is None:
+        raise PolicyError(f"policy '{name}' needs a budget")
+    if name == "window":
+        if recent is not None and recent != budget:
+            raise PolicyError(f"window: recent {recent} must equal the budget {budget} (the window is the budget)")
+        if sinks not in (None, 0):
+            raise PolicyError(f"window: sinks {sinks} must be 0")
+        if decay is not None:
+            raise PolicyError(f"window: decay {decay} does not apply")
+        return budget, budget, 0, 1.0
+    if name == "streaming":
+        sinks = 4 if sinks is None else sinks
+        recent = 0 if recent is None else recent
+        if sinks >= budget:
+            raise PolicyError(f"streaming: sinks {sinks} must be < budget {budget}")
+        if sinks + recent > budget:
+            raise PolicyError(f"streaming: sinks {sinks} + recent {recent} must be <= budget {budget}")
+        if decay is not None:
+            raise PolicyError(f"streaming: decay {decay} does not apply")
+        return budget, recent, sinks, 1.0
+    if name == "h2o":
+        recent = budget // 2 if recent is None else recent
+        sinks = 0 if sinks is None else sinks
+        decay = 1.0 if decay is None else decay
+        if not 0.0 < decay <= 1.0:
+            raise PolicyError(f"h2o: decay {decay} must be in (0, 1]")
+        if sinks + recent >= budget:
+            raise PolicyError(f"h2o: sinks {sinks} + recent {recent} must be < budget {budget} "
+                              f"(at least one heavy-hitter slot)")
+        return budget, recent, sinks, decay
+    # tova
+    recent = 0 if recent is None else recent
+    sinks = 0 if sinks is None else sinks
+    if decay is not None and decay != 0.0:
+        raise PolicyError(f"tova: decay {decay} is forced to 0")
+    if sinks + recent > budget:
+        raise PolicyError(f"tova: sinks {sinks} + recent {recent} must be <= budget {budget}")
+    return budget, recent, sinks, 0.0
+
+
+class Run:
+    """The state of one run: K/V at every position, and per eviction unit a kept set with float64 scores."""
+
+    def __init__(self, model, n_total, policy="full", budget=None, recent=0, sinks=0, decay=1.0,
+                 granularity="head"):
+        self.m = model
+        self.policy, self.budget, self.recent, self.sinks, self.decay = policy, budget, recent, sinks, decay
+        if granularity not in GRANULARITIES:
+            raise PolicyError(f"unknown granularity '{granularity}' (valid: {', '.join(GRANULARITIES)})")
+        self.granularity = granularity
+        L, H, hd = model.n_layer, model.n_kv, model.head_dim
+        self.n_units = {"head": L * H, "layer": L, "model": 1}[granularity]
+        self.k = np.zeros((L, n_total, H, hd))
+        self.v = np.zeros((L, n_total, H, hd))
+        self.kept = np.zeros((self.n_units, n_total), dtype=bool)
+        self.score = np.zeros((self.n_units, n_total))
+        self.n = 0  # positions processed
+
+    def unit_of(self, layer, kv_head):
+        return {"head": layer * self.m.n_kv + kv_head, "layer": layer, "model": 0}[self.granularity]
+
+    def step(self, tokens):
+        """Processes one chunk; returns its logits [C][n_vocab]."""
+        m = self.m
+        C = len(tokens)
+        c0, c1 = self.n, self.n + C
+        pos = np.arange(c0, c1)
+        scale = 1.0 / math.sqrt(m.head_dim)
+        # allowed[u][t][p], p < c1: kept before the chunk, or a chunk position <= the query's.
+        causal = np.zeros((C, c1), dtype=bool)
+        causal[:, c0:] = np.tril(np.ones((C, C), dtype=bool))
+        allowed = self.kept[:, None, :c1] & (np.arange(c1) < c0)[None, None, :] | causal[None]
+        weights = []  # per layer: [n_head][C][c1]
+        x = m.tok_embd[np.asarray(tokens)]
+        for li, w in enumerate(m.layers):
+            h = m.rmsnorm(x, w["attn_norm"])
+            q = m.rope((h @ w["attn_q"].T).reshape(C, m.n_head, m.head_dim), pos)
+            k = m.rope((h @ w["attn_k"].T).reshape(C, m.n_kv, m.head_dim), pos)
+            v = (h @ w["attn_v"].T).reshape(C, m.n_kv, m.head_dim)
+            self.k[li, c0:c1] = k
+            self.v[li, c0:c1] = v
+            K = self.k[li, :c1]  # [c1][n_kv][hd]
+            V = self.v[li, :c1]
+            qg = q.reshape(C, m.n_kv, m.group, m.head_dim)  # query head h reads KV head h // group
+            s = np.einsum("tkgd,pkd->kgtp", qg, K) * scale  # [n_kv][group][C][c1]
+            mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
+            s = np.where(mask[:, None], s, -np.inf)
+            s -= s.max(axis=-1, keepdims=True)
+            e = np.exp(s)
+            p = e / e.sum(axis=-1, keepdims=True)
+            o = np.einsum("kgtp,pkd->tkgd", p, V).reshape(C, m.n_head * m.head_dim)
+            weights.append(p.reshape(m.n_head, C, c1))
+            x = x + o @ w["attn_output"].T
+            h = m.rmsnorm(x, w["ffn_norm"])
+            g = h @ w["ffn_gate"].T
+            x = x + (g / (1.0 + np.exp(-g)) * (h @ w["ffn_up"].T)) @ w["ffn_down"].T
+        logits = m.rmsnorm(x, m.output_norm) @ m.output.T
+        self._update_scores(weights, C, c0, c1)
+        self.kept[:, c0:c1] = True
+        self.n = c1
+        self._evict()
+        return logits
+
+    def _update_scores(self, weights, C, c0, c1):
+        """SPEC 2-3: per query position t in order, per unit: decay every present score, then add the row
+        increment (the unit's query heads' weights summed in double in ascending (layer, head) order)."""
+        m = self.m
+        W = np.stack(weights)  # [n_layer][n_head][C][c1]
+        if self.granularity == "head":
+            Wg = W.reshape(m.n_layer, m.n_kv, m.group, C, c1)
+            inc = Wg[:, :, 0].copy()
+            for g in range(1, m.group):
+                inc += Wg[:, :, g]
+            inc = inc.reshape(m.n_layer * m.n_kv, C, c1)
+        elif self.granularity == "layer":
+            inc = W[:, 0].copy()
+            for h in range(1, m.n_head):
+                inc += W[:, h]
+        else:
+            inc = np.zeros((1, C, c1))
+            for li in range(m.n_layer):
+                for h in range(m.n_head):
+                    inc[0] += W[li, h]
+        for t in range(C):
+            # Present at query c0 + t: kept positions and chunk positions < c0 + t. Everything else holds 0
+            # (positions not admitted yet) or is never read again (evicted), so scaling the whole row is the
+            # same as scaling the present scores.
+            if self.decay < 1.0:
+                self.score[:, :c1] *= self.decay
+            self.score[:, :c1] += inc[:, t]
+
+    def _evict(self):
+        """SPEC 4: while a unit holds more than budget positions, remove its evictable position with the lowest
+        score (tie: lower position); evictable = not a sink and not among the `recent` largest held."""
+        if self.policy == "full":
+            return
+        by_position = self.policy in ("window", "streaming")
+        for u in range(self.n_units):
+            while True:
+                held = np.flatnonzero(self.kept[u])
+                if len(held) <= self.budget:
+                    break
+                protected_recent = set(held[len(held) - self.recent:].tolist()) if self.recent > 0 else set()
+                if self.policy == "streaming":
+                    protected_recent = set()  # the oldest non-sink goes, whatever `recent` says
+                cand = [p for p in held.tolist() if p >= self.sinks and p not in protected_recent]
+                if not cand:
+                    raise PolicyError(f"unit {u}: {len(held)} positions held, budget {self.budget}, "
+                                      f"nothing evictable")
+                if by_position:
+                    victim = cand[0]
+                else:
+                    victim = min(cand, key=lambda p: (self.score[u, p], p))
+                self.kept[u, victim] = False
+                self.score[u, victim] = 0.0
+
+    def kept_lists(self):
+        """Layer-major, one list per (layer, KV head)."""
+        out = []
+        for li in range(self.m.n_layer):
+            for kh in range(self.m.n_kv):
+                out.append(np.flatnonzero(self.kept[self.unit_of(li, kh)]).tolist())
+        return out
+
+
+# --------------------------------------------------------------------------------------------------- main
+
+def log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokens", help="space-separated token ids (BOS included if wanted)")
+    src.add_argument("--text", help="text, encoded with the model's SentencePiece vocabulary, BOS first")
+    src.add_argument("--text-file", help="like --text, from a UTF-8 file")
+    ap.add_argument("--max-tokens", type=int, help="keep the first N tokens (BOS included)")
+    ap.add_argument("--policy", default="full")
+    ap.add_argument("--budget", help="token count, or a fraction of the run length with a decimal point")
+    ap.add_argument("--recent", type=int)
+    ap.add_argument("--sinks", type=int)
+    ap.add_argument("--decay", type=float)
+    ap.add_argument("--granularity", default="head")
+    ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
+    ap.add_argument("--generate", type=int, default=0, help="greedy-decode N tokens after the input")
+    ap.add_argument("--out", help="write the logits of every processed position, float64 .npy")
+    ap.add_argument("--trace", help="write the kept sets after every chunk, JSON lines")
+    ap.add_argument("--perplexity", action="store_true", help="print exp(mean NLL of tokens[1:])")
+    ap.add_argument("--print-ids", action="store_true", help="print the token ids and exit")
+    args = ap.parse_args(argv)
+
+    gguf = Gguf(args.model)
+    if args.tokens is not None:
+        tokens = [int(t) for t in args.tokens.split()]
+    else:
+        text = args.text
+        if args.text_file is not None:
+            with open(args.text_file, encoding="utf-8") as f:
+                text = f.read()
+            if args.max_tokens is not None:
+                # Encoding is local to words, so a prefix of 16 characters per token (never less than the
+                # file's tokens need here) gives the same leading tokens as the whole file.
+                text = text[:16 * args.max_tokens]
+        tokens = SpmTokenizer(gguf).encode(text)
+    if args.max_tokens is not None:
+        tokens = tokens[:args.max_tokens]
+    if args.print_ids:
+        print(" ".join(map(str, tokens)))
+        return 0
+    if args.chunk < 1:
+        raise PolicyError(f"chunk {args.chunk} must be >= 1")
+
+    model = Llama(gguf)
+    bad = [t for t in tokens if not 0 <= t < model.n_vocab]
+    if bad:
+        raise PolicyError(f"token ids {bad[:5]} are outside the vocabulary [0, {model.n_vocab})")
+    if not tokens:
+        raise PolicyError("no tokens to process")
+    n_total = len(tokens) + args.generate
+    budget = resolve_budget(args.budget, n_total)
+    budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay)
+    run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity)
+    trace = open(args.trace, "w") if args.trace else None
+    logits = []
+
+    def process(chunk):
+        logits.append(run.step(chunk))
+        if trace:
+            trace.write(json.dumps({"pos": run.n - 1, "kept": run.kept_lists()}) + "\n")
+
+    for i in range(0, len(tokens), args.chunk):
+        process(tokens[i:i + args.chunk])
+    generated = []
+    for i in range(args.generate):
+        generated.append(int(np.argmax(logits[-1][-1])))
+        if i + 1 < args.generate:  # the last generated token is never fed back
+            process(generated[-1:])
+    if trace:
+        trace.close()
+    all_logits = np.concatenate(logits, axis=0)
+    if args.out:
+        np.save(args.out, all_logits.astype(np.float64))
+    if args.perplexity:
+        lp = log_softmax(all_logits[:len(tokens) - 1])
+        nll = -lp[np.arange(len(tokens) - 1), np.asarray(tokens[1:])]
+        print(f"perplexity {math.exp(nll.mean()):.6f} mean_nll {nll.mean():.6f} tokens {len(tokens)}")
+    if args.generate:
+        tok = SpmTokenizer(gguf)
+        print(tok.decode(tokens[1:] + generated if tokens and tokens[0] == tok.bos else tokens + generated))
+        print("ids:", " ".join(map(str, tokens + generated)), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (GgufError, PolicyError) as e:
+        print(f"llama_ref: {e}", file=sys.stderr)
+        sys.exit(2)
