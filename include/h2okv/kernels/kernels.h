@@ -100,3 +100,12 @@ isa active_isa() noexcept;
 bool set_isa(isa i) noexcept;
 
 }  // namespace h2okv::kernels
+
+namespace h2okv::kernels {
+
+// Converts `n` f32 values to a row of type `t` (F32, F16, BF16 or Q8_0; n a multiple of 32 for Q8_0), the
+// inverse of dequantize_row up to the type's rounding. Q8_0 as ggml: per block of 32, d = max|x| / 127 stored
+// as fp16, q = round(x / d). dst: row_size(t, n) bytes. Returns false for other types.
+bool quantize_row(gguf::tensor_type t, const float* src, int64_t n, std::byte* dst);
+
+}  // namespace h2okv::kernels

@@ -1,0 +1,210 @@
+// The engine against the independent numpy reference (tests/reference/llama_ref.py, float64, its own GGUF
+// parser and eviction code): logits to 1e-4 relative and identical kept sets after every chunk, full cache
+// and evicting runs, on the bundled model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and
+// 128, GQA 1, 4 and 8, separate output, F16 and Q8_0 weights) and on ../shared's h2o-eval-5M model when
+// present.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "h2okv/engine/session.h"
+#include "h2okv/gguf/gguf.h"
+#include "h2okv/model/model.h"
+#include "h2okv/model/synth.h"
+
+namespace h2okv {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSource = H2OKV_SOURCE_DIR;
+
+// Reads a little-endian float64 C-order .npy file written by numpy.save.
+std::vector<double> read_npy(const std::string& path, std::vector<size_t>* shape) {
+    std::ifstream in(path, std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (all.size() < 10 || all.compare(0, 6, "\x93NUMPY") != 0) return {};
+    const int major = static_cast<unsigned char>(all[6]);
+    size_t header_len = 0;
+    size_t offset = 0;
+    if (major == 1) {
+        header_len = static_cast<unsigned char>(all[8]) |
+                     (static_cast<size_t>(static_cast<unsigned char>(all[9])) << 8);
+        offset = 10;
+    } else {
+        for (int i = 0; i < 4; ++i)
+            header_len |= static_cast<size_t>(static_cast<unsigned char>(all[8 + i])) << (8 * i);
+        offset = 12;
+    }
+    const std::string header = all.substr(offset, header_len);
+    EXPECT_NE(header.find("'<f8'"), std::string::npos) << header;
+    EXPECT_NE(header.find("'fortran_order': False"), std::string::npos) << header;
+    shape->clear();
+    const size_t open = header.find('(', header.find("shape"));
+    const size_t close = header.find(')', open);
+    std::stringstream dims(header.substr(open + 1, close - open - 1));
+    std::string item;
+    while (std::getline(dims, item, ',')) {
+        if (item.find_first_not_of(' ') != std::string::npos) shape->push_back(std::stoul(item));
+    }
+    const size_t data_off = offset + header_len;
+    std::vector<double> out((all.size() - data_off) / sizeof(double));
+    std::memcpy(out.data(), all.data() + data_off, out.size() * sizeof(double));
+    return out;
+}
+
+struct run_config {
+    std::string policy = "full";  // a policy spec: "h2o:budget=12,recent=4"
+    int chunk = 1;
+};
+
+// The numpy reference's command-line flags for a policy spec.
+std::string numpy_flags(const run_config& c) {
+    auto p = policy::params::parse(c.policy);
+    EXPECT_TRUE(p.ok());
+    std::string f = " --policy " + p->name + " --chunk " + std::to_string(c.chunk) + " --granularity " +
+                    policy::granularity_name(p->gran);
+    if (p->budget) f += " --budget " + p->budget->to_string();
+    if (p->recent) f += " --recent " + std::to_string(*p->recent);
+    if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);
+    if (p->decay) f += " --decay " + fmt::format("{}", *p->decay);
+    return f;
+}
+
+// Runs the engine and the reference on `tokens` and compares logits (1e-4 relative to the largest logit of
+// the position) and, chunk by chunk, the kept sets.
+void compare(const std::string& model_path, const std::vector<int32_t>& tokens, const run_config& c) {
+    SCOPED_TRACE(model_path + " " + c.policy + " chunk " + std::to_string(c.chunk));
+    auto file = gguf::file::open(model_path);
+    ASSERT_TRUE(file.ok()) << file.error().to_string();
+    auto m = model::model::load(**file);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    engine::session_params sp;
+    auto pp = policy::params::parse(c.policy);
+    ASSERT_TRUE(pp.ok()) << pp.error().to_string();
+    sp.kv = *pp;
+    sp.prefill_chunk = c.chunk;
+    auto s = engine::session::create(**m, sp, static_cast<int64_t>(tokens.size()));
+    ASSERT_TRUE(s.ok()) << s.error().to_string();
+    std::vector<std::vector<std::vector<int64_t>>> engine_trace;
+    (*s)->set_chunk_observer([&](int64_t) { engine_trace.push_back((*s)->cache().kept_per_head()); });
+    std::vector<float> logits;
+    ASSERT_TRUE((*s)->process(tokens, model::logits_mode::all, &logits).ok());
+
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_ref_{}", ::getpid());
+    fs::create_directories(dir);
+    const std::string npy = (dir / "logits.npy").string();
+    const std::string trace = (dir / "trace.jsonl").string();
+    std::string ids;
+    for (int32_t t : tokens) ids += (ids.empty() ? "" : " ") + std::to_string(t);
+    const std::string cmd = "/usr/bin/python3 " + kSource + "/tests/reference/llama_ref.py --model " +
+                            model_path + " --tokens '" + ids + "' --out " + npy + " --trace " + trace +
+                            numpy_flags(c);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+    std::vector<size_t> shape;
+    const auto ref = read_npy(npy, &shape);
+    const auto n_vocab = static_cast<size_t>((*m)->params().n_vocab);
+    ASSERT_EQ(shape, (std::vector<size_t>{tokens.size(), n_vocab}));
+    ASSERT_EQ(ref.size(), logits.size());
+    double worst = 0.0;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+        double scale = 0.0, diff = 0.0;
+        for (size_t v = 0; v < n_vocab; ++v) {
+            scale = std::max(scale, std::fabs(ref[t * n_vocab + v]));
+            diff = std::max(diff,
+                            std::fabs(ref[t * n_vocab + v] - static_cast<double>(logits[t * n_vocab + v])));
+        }
+        worst = std::max(worst, diff / std::max(scale, 1e-30));
+    }
+    EXPECT_LE(worst, 1e-4) << "largest logit error relative to the position's largest |logit|";
+
+    std::ifstream tin(trace);
+    std::string line;
+    size_t chunk = 0;
+    while (std::getline(tin, line)) {
+        ASSERT_LT(chunk, engine_trace.size());
+        const auto j = nlohmann::json::parse(line);
+        const auto kept = j.at("kept").get<std::vector<std::vector<int64_t>>>();
+        EXPECT_EQ(kept, engine_trace[chunk])
+            << "kept sets differ after chunk " << chunk << " (position " << j.at("pos") << ")";
+        ++chunk;
+    }
+    EXPECT_EQ(chunk, engine_trace.size());
+    fs::remove_all(dir);
+}
+
+std::vector<int32_t> random_tokens(int n, int64_t n_vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t{1};
+    while (static_cast<int>(t.size()) < n) t.push_back(static_cast<int32_t>(3 + rng() % (n_vocab - 3)));
+    return t;
+}
+
+const std::vector<run_config> kRuns = {
+    {"full", 1},
+    {"full", 16},
+    {"h2o:budget=12", 1},
+    {"h2o:budget=10,recent=3,sinks=1,decay=0.95,granularity=layer", 5},
+    {"tova:budget=9,granularity=model", 7},
+    {"streaming:budget=10,sinks=2", 4},
+    {"window:budget=8", 1},
+};
+
+TEST(EngineVsNumpy, BundledModel) {
+    const auto tokens = random_tokens(40, 512, 1);
+    for (const auto& r : kRuns) compare(kSource + "/models/stories260K.gguf", tokens, r);
+}
+
+struct synth_case {
+    std::string name;
+    model::synth_shape shape;
+    gguf::tensor_type type;
+};
+
+TEST(EngineVsNumpy, SyntheticModels) {
+    const std::vector<synth_case> cases = {
+        // head_dim 64, GQA 1 (multi-head attention), separate output, F32
+        {"hd64_gqa1_f32", {128, 2, 2, 2, 160, 300, 2048, false}, gguf::tensor_type::f32},
+        // head_dim 128, GQA 4, F16
+        {"hd128_gqa4_f16", {512, 1, 4, 1, 256, 300, 2048, true}, gguf::tensor_type::f16},
+        // head_dim 64, GQA 8, separate output, Q8_0
+        {"hd64_gqa8_q8_0", {512, 2, 8, 1, 256, 320, 2048, false}, gguf::tensor_type::q8_0},
+        // head_dim 64, GQA 4, BF16
+        {"hd64_gqa4_bf16", {256, 1, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::bf16},
+    };
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_synth_{}", ::getpid());
+    fs::create_directories(dir);
+    for (const auto& c : cases) {
+        auto bytes = model::synthesize_llama(c.shape, c.type, 7);
+        ASSERT_TRUE(bytes.ok()) << c.name << ": " << bytes.error().to_string();
+        const std::string path = (dir / (c.name + ".gguf")).string();
+        std::ofstream(path, std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+        const auto tokens = random_tokens(24, c.shape.n_vocab, 2);
+        for (const auto& r : {kRuns[0], kRuns[2], kRuns[3], kRuns[4]}) compare(path, tokens, r);
+    }
+    fs::remove_all(dir);
+}
+
+TEST(EngineVsNumpy, EvalModel5M) {
+    const std::string path = std::string(H2OKV_SHARED_DIR) + "/models/h2o-eval-5M/h2o-eval-llama-5M.gguf";
+    if (!fs::exists(path)) GTEST_SKIP() << "../shared's h2o-eval-5M model is absent: " << path;
+    const auto tokens = random_tokens(64, 4096, 3);
+    compare(path, tokens, {"full", 64});
+    compare(path, tokens, {"h2o:budget=16,decay=0.98", 8});
+    compare(path, tokens, {"tova:budget=12,granularity=layer", 1});
+}
+
+}  // namespace
+}  // namespace h2okv
