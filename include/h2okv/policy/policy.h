@@ -17,6 +17,15 @@
 //       pol->end_chunk();                     // evicts down to budget; victims(u) lists who left
 //
 // Policies that do not read attention (`needs_attention() == false`: full, window, streaming) need no rows.
+//
+// Slots are assigned deterministically (chunk tokens take the lowest free slots, in order), so every KV head
+// of a unit, and every run with the same inputs, sees the same slot layout. The decode path (chunks of one
+// token) costs one pass over the occupied slots per unit and allocates nothing.
+//
+// Threads: add_row for distinct units may run concurrently; every other call comes from one thread.
+//
+// New policies: one file in src/policy/policies/ plus one line in src/policy/policies.def
+// (docs/ADDING_A_POLICY.md).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "h2okv/core/status.h"
@@ -46,9 +56,11 @@ struct budget_spec {
     static budget_spec of_length(double f) { return {true, 0, f}; }
     // A value with a decimal point is a fraction; otherwise a count.
     static result<budget_spec> parse(std::string_view text);
-    // max(1, floor(fraction * run_length)) for a fraction; the count otherwise.
+    // max(1, floor(fraction * run_length)) for a fraction (computed in double); the count otherwise.
     result<int64_t> resolve(int64_t run_length) const;
+    // Parses back to the same value: a fraction always carries a decimal point ("1.0", "0.2").
     std::string to_string() const;
+    bool operator==(const budget_spec&) const = default;
 };
 
 // What the user asked for. Unset optionals take the policy's defaults (SPEC.md, the contract's table).
@@ -60,10 +72,12 @@ struct params {
     std::optional<double> decay;
     granularity gran = granularity::head;
 
-    // "h2o:budget=256,recent=192,decay=0.98,granularity=layer" (the part after ':' is optional).
+    // "h2o:budget=256,recent=192,decay=0.98,sinks=0,granularity=layer" (the part after ':' is optional).
     // Unknown policy or parameter names are refused with the list of valid ones.
     static result<params> parse(std::string_view spec);
+    // The spec string parse() reads back to an equal value; unset parameters are left out.
     std::string to_string() const;
+    bool operator==(const params&) const = default;
 };
 
 // The parameters after defaults are applied and budgets resolved; what a policy actually runs with.
@@ -74,7 +88,10 @@ struct resolved_params {
     int64_t sinks = 0;
     double decay = 1.0;
     granularity gran = granularity::head;
+    // "h2o:budget=256,recent=128,sinks=0,granularity=head" (decay only when it is not 1); params::parse of it
+    // creates the same configuration.
     std::string to_string() const;
+    bool operator==(const resolved_params&) const = default;
 };
 
 // The model as the policy sees it.
@@ -90,12 +107,19 @@ struct layout {
 // The names of every registered policy, in registry order.
 std::vector<std::string> policy_names();
 
+namespace detail {
+struct unit_table;  // one unit's slot table (src/policy/unit_table.h)
+struct policy_state;
+}  // namespace detail
+
 class kv_policy {
 public:
     // Applies the policy's defaults, resolves a fractional budget against `run_length` and validates the
     // result (the error names the values and the rule they break).
     static result<std::unique_ptr<kv_policy>> create(const params& p, const layout& l, int64_t run_length);
     virtual ~kv_policy();
+    kv_policy(const kv_policy&) = delete;
+    kv_policy& operator=(const kv_policy&) = delete;
 
     const resolved_params& config() const { return config_; }
     const layout& shape() const { return layout_; }
@@ -107,17 +131,21 @@ public:
     // Query heads that read `unit`: (layer, query head) pairs, layer-major, in ascending order. A row
     // increment is the sum, in double and in this order, of these heads' weights.
     std::vector<std::pair<int, int>> heads_of(int unit) const;
-    int64_t capacity() const;  // slots per unit: budget + max_chunk (`full`: max_positions)
+    // Slots per unit: budget + max_chunk, but never more than max_positions (a unit cannot hold more
+    // positions than exist); `full`: max_positions.
+    int64_t capacity() const;
 
-    // Starts the chunk of positions [first, first + n): first must follow the previous chunk, n <= max_chunk.
+    // Starts the chunk of positions [first, first + n): first must follow the previous chunk (0 after
+    // create() or reset()), 1 <= n <= max_chunk and first + n <= max_positions.
     status begin_chunk(int64_t first, int n);
     // Slots held before the chunk (each query of the chunk attends all of them), in no particular order.
+    // After end_chunk: every slot held.
     std::span<const int32_t> kept_slots(int unit) const;
-    // The slot of chunk token i, for i in [0, n).
+    // The slot of chunk token i, for i in [0, n), of the current (or last) chunk.
     std::span<const int32_t> chunk_slots(int unit) const;
     // The row increment of chunk query i of `unit`: `row` has capacity() entries indexed by slot (zero
-    // where the query did not attend). Decays then adds, per the contract. Not calling it for (unit, i)
-    // is a null row. Rows of one unit must come in increasing i.
+    // where the query did not attend, free slots included). Decays then adds, per the contract. Not calling
+    // it for (unit, i) is a null row. Rows of one unit must come in increasing i.
     void add_row(int unit, int i, const double* row);
     // Admits the chunk and evicts, per unit, down to the budget.
     status end_chunk();
@@ -126,9 +154,14 @@ public:
     std::span<const int64_t> victims(int unit) const;
     std::span<const int32_t> victim_slots(int unit) const;
 
+    // The first position of the next chunk (the number of tokens seen so far).
+    int64_t next_position() const;
+
     // Introspection (not for hot paths).
     std::vector<int64_t> kept_positions(int unit) const;      // ascending
-    std::span<const int64_t> slot_positions(int unit) const;  // capacity() entries, -1 for a free slot
+    std::span<const int64_t> slot_positions(int unit) const;  // capacity() entries, -1 for a free slot;
+                                                              // chunk slots hold their positions from
+                                                              // begin_chunk on
     std::span<const double> slot_scores(int unit) const;      // capacity() entries
     int64_t n_kept(int unit) const;
     int64_t evictions(int unit) const;  // since creation or reset()
@@ -140,11 +173,22 @@ public:
 protected:
     kv_policy(resolved_params config, layout l);
 
+    // The per-policy victim rule. Called by end_chunk for each unit that holds more than `budget` positions
+    // with count = how many must leave (1 <= count <= n of the chunk). It writes `count` distinct slots whose
+    // positions are evictable (t.evictable_lo <= position < t.evictable_hi) into t.victim_slot[0..count)
+    // and their positions into t.victim_pos, ascending by position. src/policy/unit_table.h has the
+    // selections the built-in policies use.
+    virtual void choose_victims(detail::unit_table& t, int count) const = 0;
+
 private:
-    struct impl;
+    // Allocates the slot tables; create() calls it once the policy's type (and so needs_attention()) is
+    // known.
+    status init();
+    detail::unit_table& table(int unit) const;
+
     resolved_params config_;
     layout layout_;
-    std::unique_ptr<impl> impl_;
+    std::unique_ptr<detail::policy_state> state_;
 };
 
 }  // namespace h2okv::policy

@@ -1,0 +1,310 @@
+// kv_policy: the chunk protocol, slot assignment and eviction bookkeeping every policy shares.
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <limits>
+#include <new>
+#include <numeric>
+
+#include "h2okv/policy/policy.h"
+#include "policy/score_pass.h"
+#include "policy/unit_table.h"
+
+namespace h2okv::policy {
+namespace detail {
+
+struct policy_state {
+    std::vector<unit_table> tables;  // one per unit, or one that every unit shares (`shared`)
+    bool shared = false;
+    bool reads_attention = false;
+    const score_pass_fns* pass = nullptr;
+    int n_units = 1;
+    int32_t capacity = 0;
+    int64_t next = 0;  // the first position of the next chunk
+    int64_t chunk_first = 0;
+    int chunk_n = 0;
+    bool in_chunk = false;
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::unit_table;
+
+void reset_table(unit_table& t) {
+    std::fill(t.pos.begin(), t.pos.end(), -1);
+    std::fill(t.score.begin(), t.score.end(), 0.0);
+    std::fill(t.kept_index.begin(), t.kept_index.end(), -1);
+    // Ascending order is already a valid min-heap.
+    t.free_heap.resize(t.pos.size());
+    std::iota(t.free_heap.begin(), t.free_heap.end(), 0);
+    t.n_kept = t.n_chunk = t.n_victims = t.high_water = 0;
+    t.evictions = 0;
+    t.evictable_lo = t.evictable_hi = 0;
+    t.victims_due = 0;
+    t.lowest_hint = -1;
+}
+
+void allocate_table(unit_table& t, int32_t capacity, int max_chunk) {
+    t.pos.resize(capacity);
+    t.score.resize(capacity);
+    t.kept.resize(capacity);
+    t.kept_index.resize(capacity);
+    t.scratch.resize(capacity);
+    t.free_heap.reserve(capacity);
+    t.chunk.resize(max_chunk);
+    t.victim_slot.resize(max_chunk);
+    t.victim_pos.resize(max_chunk);
+    reset_table(t);
+}
+
+int32_t take_lowest_free(unit_table& t) {
+    std::pop_heap(t.free_heap.begin(), t.free_heap.end(), std::greater<>());
+    const int32_t slot = t.free_heap.back();
+    t.free_heap.pop_back();
+    return slot;
+}
+
+void release(unit_table& t, int32_t slot) {
+    const int32_t k = t.kept_index[slot];
+    if (k >= 0) {  // a kept slot (a chunk token evicted at once was never kept)
+        const int32_t last = t.kept[--t.n_kept];
+        t.kept[k] = last;
+        t.kept_index[last] = k;
+        t.kept_index[slot] = -1;
+    }
+    t.pos[slot] = -1;
+    t.score[slot] = 0.0;
+    t.free_heap.push_back(slot);  // within the reserved capacity: no allocation
+    std::push_heap(t.free_heap.begin(), t.free_heap.end(), std::greater<>());
+    ++t.evictions;
+}
+
+}  // namespace
+
+kv_policy::kv_policy(resolved_params config, layout l)
+    : config_(std::move(config)), layout_(l), state_(std::make_unique<detail::policy_state>()) {}
+
+kv_policy::~kv_policy() = default;
+
+status kv_policy::init() {
+    auto& st = *state_;
+    switch (config_.gran) {
+        case granularity::head: st.n_units = layout_.n_layer * layout_.n_kv_head; break;
+        case granularity::layer: st.n_units = layout_.n_layer; break;
+        case granularity::model: st.n_units = 1; break;
+    }
+    int64_t capacity = layout_.max_positions;
+    if (config_.budget > 0 && config_.budget <= layout_.max_positions - layout_.max_chunk) {
+        capacity = config_.budget + layout_.max_chunk;
+    }
+    constexpr int64_t k_max_slots = std::numeric_limits<int32_t>::max();
+    if (capacity > k_max_slots) {
+        return invalid_argument("{}: {} slots per unit exceed the limit of {} (max_positions {}, budget {})",
+                                config_.name, capacity, k_max_slots, layout_.max_positions, config_.budget);
+    }
+    st.capacity = static_cast<int32_t>(capacity);
+    st.reads_attention = needs_attention();
+    st.shared = !st.reads_attention;  // a decision that reads no attention cannot differ between units
+    st.pass = &detail::score_pass();
+    try {
+        st.tables.resize(st.shared ? 1 : st.n_units);
+        for (auto& t : st.tables) {
+            // A chunk never holds more tokens than there are slots.
+            allocate_table(t, st.capacity,
+                           static_cast<int>(std::min<int64_t>(layout_.max_chunk, st.capacity)));
+            t.scores_all_zero = !st.reads_attention;
+        }
+    } catch (const std::bad_alloc&) {
+        return out_of_memory("{}: cannot allocate {} slot tables of {} slots", config_.name, st.tables.size(),
+                             st.capacity);
+    }
+    return ok_status();
+}
+
+detail::unit_table& kv_policy::table(int unit) const {
+    assert(unit >= 0 && unit < state_->n_units);
+    return state_->tables[state_->shared ? 0 : unit];
+}
+
+int kv_policy::n_units() const {
+    return state_->n_units;
+}
+
+int kv_policy::unit_of(int layer, int kv_head) const {
+    switch (config_.gran) {
+        case granularity::head: return layer * layout_.n_kv_head + kv_head;
+        case granularity::layer: return layer;
+        case granularity::model: return 0;
+    }
+    return 0;
+}
+
+std::vector<std::pair<int, int>> kv_policy::heads_of(int unit) const {
+    std::vector<std::pair<int, int>> heads;
+    const auto add_layer = [&](int layer, int first_head, int n) {
+        for (int h = first_head; h < first_head + n; ++h) heads.emplace_back(layer, h);
+    };
+    switch (config_.gran) {
+        case granularity::head: {
+            const int group = layout_.n_head / layout_.n_kv_head;
+            add_layer(unit / layout_.n_kv_head, (unit % layout_.n_kv_head) * group, group);
+            break;
+        }
+        case granularity::layer: add_layer(unit, 0, layout_.n_head); break;
+        case granularity::model:
+            for (int layer = 0; layer < layout_.n_layer; ++layer) add_layer(layer, 0, layout_.n_head);
+            break;
+    }
+    return heads;
+}
+
+int64_t kv_policy::capacity() const {
+    return state_->capacity;
+}
+
+status kv_policy::begin_chunk(int64_t first, int n) {
+    auto& st = *state_;
+    if (st.in_chunk) {
+        return invalid_argument("begin_chunk({}, {}): the chunk at {} has not ended; call end_chunk first",
+                                first, n, st.chunk_first);
+    }
+    if (first != st.next) {
+        return invalid_argument(
+            "begin_chunk: first position {} does not follow the previous chunk; expected {}", first, st.next);
+    }
+    if (n < 1 || n > layout_.max_chunk) {
+        return invalid_argument("begin_chunk: a chunk of {} tokens; expected 1 to max_chunk {}", n,
+                                layout_.max_chunk);
+    }
+    if (n > layout_.max_positions - first) {
+        return out_of_range("begin_chunk: chunk [{}, {}) goes past max_positions {}{}", first, first + n,
+                            layout_.max_positions,
+                            config_.budget == 0 ? " (the capacity of a policy that never evicts)" : "");
+    }
+    for (auto& t : st.tables) {
+        for (int i = 0; i < n; ++i) {
+            const int32_t slot = take_lowest_free(t);
+            t.pos[slot] = first + i;
+            t.score[slot] = 0.0;
+            t.chunk[i] = slot;
+            t.high_water = std::max(t.high_water, slot + 1);
+        }
+        t.n_chunk = n;
+        const int64_t over = config_.budget > 0 ? t.n_kept + n - config_.budget : 0;
+        t.victims_due = static_cast<int32_t>(std::max<int64_t>(0, over));
+        t.evictable_lo = config_.sinks;
+        t.evictable_hi = first + n - config_.recent;
+        t.lowest_hint = -1;
+    }
+    st.chunk_first = first;
+    st.chunk_n = n;
+    st.in_chunk = true;
+    return ok_status();
+}
+
+std::span<const int32_t> kv_policy::kept_slots(int unit) const {
+    const auto& t = table(unit);
+    return {t.kept.data(), static_cast<size_t>(t.n_kept)};
+}
+
+std::span<const int32_t> kv_policy::chunk_slots(int unit) const {
+    const auto& t = table(unit);
+    return {t.chunk.data(), static_cast<size_t>(t.n_chunk)};
+}
+
+void kv_policy::add_row(int unit, int i, const double* row) {
+    const auto& st = *state_;
+    if (!st.reads_attention) return;
+    assert(st.in_chunk && i >= 0 && i < st.chunk_n);
+    auto& t = table(unit);
+    if (i == st.chunk_n - 1 && t.victims_due == 1) {
+        // The chunk's last row: its pass also finds the victim, so end_chunk needs no second pass.
+        t.lowest_hint = st.pass->add_row_find_lowest(t.score.data(), row, t.pos.data(), t.high_water,
+                                                     config_.decay, t.evictable_lo, t.evictable_hi);
+    } else {
+        st.pass->add_row(t.score.data(), row, t.high_water, config_.decay);
+        t.lowest_hint = -1;
+    }
+}
+
+status kv_policy::end_chunk() {
+    auto& st = *state_;
+    if (!st.in_chunk) return invalid_argument("end_chunk: no chunk in progress; call begin_chunk first");
+    for (auto& t : st.tables) {
+        t.n_victims = 0;
+        if (t.victims_due > 0) {
+            choose_victims(t, t.victims_due);
+            assert(t.n_victims == t.victims_due);
+            for (int k = 0; k < t.n_victims; ++k) release(t, t.victim_slot[k]);
+        }
+        for (int i = 0; i < t.n_chunk; ++i) {
+            const int32_t slot = t.chunk[i];
+            if (t.pos[slot] < 0) continue;  // evicted on arrival
+            t.kept_index[slot] = t.n_kept;
+            t.kept[t.n_kept++] = slot;
+        }
+        while (t.high_water > 0 && t.pos[t.high_water - 1] < 0) --t.high_water;
+        t.lowest_hint = -1;
+    }
+    st.next = st.chunk_first + st.chunk_n;
+    st.in_chunk = false;
+    return ok_status();
+}
+
+std::span<const int64_t> kv_policy::victims(int unit) const {
+    const auto& t = table(unit);
+    return {t.victim_pos.data(), static_cast<size_t>(t.n_victims)};
+}
+
+std::span<const int32_t> kv_policy::victim_slots(int unit) const {
+    const auto& t = table(unit);
+    return {t.victim_slot.data(), static_cast<size_t>(t.n_victims)};
+}
+
+int64_t kv_policy::next_position() const {
+    return state_->next;
+}
+
+std::vector<int64_t> kv_policy::kept_positions(int unit) const {
+    const auto& t = table(unit);
+    std::vector<int64_t> out;
+    out.reserve(t.n_kept);
+    for (int32_t k = 0; k < t.n_kept; ++k) out.push_back(t.pos[t.kept[k]]);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::span<const int64_t> kv_policy::slot_positions(int unit) const {
+    return table(unit).pos;
+}
+
+std::span<const double> kv_policy::slot_scores(int unit) const {
+    return table(unit).score;
+}
+
+int64_t kv_policy::n_kept(int unit) const {
+    return table(unit).n_kept;
+}
+
+int64_t kv_policy::evictions(int unit) const {
+    return table(unit).evictions;
+}
+
+int64_t kv_policy::total_evictions() const {
+    int64_t total = 0;
+    for (int u = 0; u < n_units(); ++u) total += evictions(u);
+    return total;
+}
+
+void kv_policy::reset() {
+    auto& st = *state_;
+    for (auto& t : st.tables) reset_table(t);
+    st.next = 0;
+    st.chunk_first = 0;
+    st.chunk_n = 0;
+    st.in_chunk = false;
+}
+
+}  // namespace h2okv::policy

@@ -1,0 +1,37 @@
+// The per-slot score pass: the one loop on the decode path that touches every slot of a unit.
+//
+// Arrays are slot-indexed with n entries: score (double, updated in place), row (double, the row increment,
+// zero where the query did not attend) and pos (int64, -1 for a free slot). A slot is evictable when
+// lo <= pos < hi. "Lowest" orders slots by (score, position): the contract's victim, ties to the lower
+// position.
+//
+// Every variant computes score = score * decay + row with two roundings (never a fused multiply-add; the
+// multiply is skipped when decay == 1), so all variants, the reference and any other implementation of the
+// contract agree to the last bit.
+//
+//   const auto& pass = detail::score_pass();
+//   int32_t victim = pass.add_row_find_lowest(score, row, pos, n, decay, lo, hi);
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace h2okv::policy::detail {
+
+struct score_pass_fns {
+    const char* isa;  // "scalar", "avx2", "avx512"
+    // score[s] = score[s] * decay + row[s] for s in [0, n).
+    void (*add_row)(double* score, const double* row, int32_t n, double decay);
+    // add_row, then returns the lowest evictable slot (-1 when none), in the same pass.
+    int32_t (*add_row_find_lowest)(double* score, const double* row, const int64_t* pos, int32_t n,
+                                   double decay, int64_t lo, int64_t hi);
+    // The lowest evictable slot (-1 when none).
+    int32_t (*find_lowest)(const double* score, const int64_t* pos, int32_t n, int64_t lo, int64_t hi);
+};
+
+// The fastest variant this CPU runs.
+const score_pass_fns& score_pass();
+// Every variant this CPU runs, the scalar reference first (the tests compare them).
+std::span<const score_pass_fns* const> score_pass_variants();
+
+}  // namespace h2okv::policy::detail

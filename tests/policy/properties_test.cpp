@@ -1,0 +1,248 @@
+// Contract properties every registered policy must have, checked without the reference: budget and
+// protection invariants over long runs at larger budgets, no eviction when the budget covers the run,
+// determinism, reset(), the chunk protocol's errors, and rows having no effect where no attention is read.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "h2okv/policy/policy.h"
+#include "policy/policy_test_support.h"
+
+namespace h2okv::testing {
+namespace {
+
+using policy::kv_policy;
+using policy::layout;
+using policy::params;
+
+class properties : public ::testing::TestWithParam<std::string> {
+protected:
+    // budget, plus sinks/recent when the policy accepts them; the first configuration the policy accepts.
+    std::unique_ptr<kv_policy> create_evicting(int64_t budget, int64_t sinks, int64_t recent, const layout& l,
+                                               int64_t run_length) {
+        const std::string name = GetParam();
+        std::vector<params> tries;
+        params p;
+        p.name = name;
+        p.budget = policy::budget_spec::count(budget);
+        p.sinks = sinks;
+        p.recent = recent;
+        tries.push_back(p);
+        p.recent.reset();
+        tries.push_back(p);
+        p.sinks.reset();
+        tries.push_back(p);
+        for (const params& t : tries) {
+            auto r = kv_policy::create(t, l, run_length);
+            if (r.ok()) return std::move(r).value();
+        }
+        ADD_FAILURE() << name << " refuses even a plain budget of " << budget;
+        return nullptr;
+    }
+
+    static layout gqa_layout(int max_chunk, int64_t max_positions) {
+        layout l;
+        l.n_layer = 2;
+        l.n_kv_head = 2;
+        l.n_head = 4;
+        l.max_chunk = max_chunk;
+        l.max_positions = max_positions;
+        return l;
+    }
+};
+
+// Long runs at budgets the differential test does not reach (the vectorised passes' full blocks, a large
+// prefill chunk scattering the slots): budget never exceeded, exactly the overflow evicted, sinks and the
+// recent window kept, slots consistent.
+TEST_P(properties, BudgetAndProtectionHoldOnLongRuns) {
+    std::mt19937_64 rng(11);
+    const std::pair<int64_t, int> cases[] = {
+        {70, 33}, {70, 256}, {260, 1}, {260, 64}};  // budget, prefill chunk
+    for (const auto& [budget, prefill_chunk] : cases) {
+        {
+            const int64_t length = budget * 5 / 2;
+            const layout l = gqa_layout(prefill_chunk, length);
+            auto pol = create_evicting(budget, 3, budget / 3, l, length);
+            ASSERT_NE(pol, nullptr);
+            SCOPED_TRACE(pol->config().to_string() + " prefill chunk " + std::to_string(prefill_chunk));
+            attention_source src(rng());
+            const auto& c = pol->config();
+            int64_t first = 0;
+            for (int n : chunk_plan(length, prefill_chunk, length / 2)) {
+                std::vector<int64_t> held(pol->n_units());
+                for (int u = 0; u < pol->n_units(); ++u) held[u] = pol->n_kept(u);
+                feed_chunk(*pol, nullptr, first, n, src, 0.05);
+                const int64_t next = first + n;
+                for (int u = 0; u < pol->n_units(); ++u) {
+                    const auto kept = pol->kept_positions(u);
+                    const std::set<int64_t> kept_set(kept.begin(), kept.end());
+                    if (c.budget == 0) {
+                        ASSERT_EQ(pol->n_kept(u), next);
+                        continue;
+                    }
+                    ASSERT_LE(pol->n_kept(u), c.budget);
+                    ASSERT_EQ(static_cast<int64_t>(pol->victims(u).size()),
+                              std::max<int64_t>(0, held[u] + n - c.budget));
+                    for (int64_t p = 0; p < std::min(c.sinks, next); ++p) ASSERT_TRUE(kept_set.count(p)) << p;
+                    for (int64_t p = std::max<int64_t>(0, next - c.recent); p < next; ++p) {
+                        ASSERT_TRUE(kept_set.count(p)) << p;
+                    }
+                    std::set<int32_t> slots(pol->kept_slots(u).begin(), pol->kept_slots(u).end());
+                    ASSERT_EQ(static_cast<int64_t>(slots.size()), pol->n_kept(u));
+                    for (int32_t s : pol->victim_slots(u)) ASSERT_EQ(pol->slot_positions(u)[s], -1);
+                }
+                first = next;
+            }
+        }
+    }
+}
+
+TEST_P(properties, BudgetCoveringTheRunEvictsNothing) {
+    for (int chunk : {1, 5, 64}) {
+        const int64_t length = 150;
+        const layout l = gqa_layout(chunk, length);
+        for (const std::string budget : {"150", "1.0", "1000"}) {
+            auto p = params::parse(GetParam() + ":budget=" + budget);
+            ASSERT_TRUE(p.ok()) << p.error().to_string();
+            auto pol = must_create(*p, l, length);
+            ASSERT_NE(pol, nullptr);
+            attention_source src(5);
+            int64_t first = 0;
+            for (int n : chunk_plan(length, chunk)) {
+                feed_chunk(*pol, nullptr, first, n, src, 0.1);
+                first += n;
+            }
+            EXPECT_EQ(pol->total_evictions(), 0) << budget;
+            std::vector<int64_t> all(length);
+            for (int64_t i = 0; i < length; ++i) all[i] = i;
+            for (int u = 0; u < pol->n_units(); ++u) EXPECT_EQ(pol->kept_positions(u), all);
+        }
+    }
+}
+
+// Everything observable, for comparing two runs.
+struct snapshot {
+    std::vector<std::vector<int64_t>> positions;
+    std::vector<std::vector<uint64_t>> score_bits;
+    std::vector<std::vector<int32_t>> kept_slots;
+    std::vector<std::vector<int64_t>> victims;
+    std::vector<std::vector<int32_t>> victim_slots;
+    bool operator==(const snapshot&) const = default;
+};
+
+snapshot take_snapshot(const kv_policy& pol) {
+    snapshot s;
+    for (int u = 0; u < pol.n_units(); ++u) {
+        s.positions.emplace_back(pol.slot_positions(u).begin(), pol.slot_positions(u).end());
+        std::vector<uint64_t> bits;
+        for (double v : pol.slot_scores(u)) {
+            uint64_t b;
+            std::memcpy(&b, &v, sizeof b);
+            bits.push_back(b);
+        }
+        s.score_bits.push_back(bits);
+        s.kept_slots.emplace_back(pol.kept_slots(u).begin(), pol.kept_slots(u).end());
+        s.victims.emplace_back(pol.victims(u).begin(), pol.victims(u).end());
+        s.victim_slots.emplace_back(pol.victim_slots(u).begin(), pol.victim_slots(u).end());
+    }
+    return s;
+}
+
+std::vector<snapshot> run_and_record(kv_policy& pol, uint64_t seed, const std::vector<int>& plan) {
+    attention_source src(seed);
+    std::vector<snapshot> out;
+    int64_t first = 0;
+    for (int n : plan) {
+        feed_chunk(pol, nullptr, first, n, src, 0.1);
+        out.push_back(take_snapshot(pol));
+        first += n;
+    }
+    return out;
+}
+
+TEST_P(properties, DeterministicAcrossInstancesAndReset) {
+    const int64_t length = 300;
+    const layout l = gqa_layout(16, length);
+    const auto plan = chunk_plan(length, 16, 100);
+    auto a = create_evicting(40, 2, 10, l, length);
+    auto b = create_evicting(40, 2, 10, l, length);
+    ASSERT_TRUE(a && b);
+    const auto first_run = run_and_record(*a, 99, plan);
+    EXPECT_TRUE(first_run == run_and_record(*b, 99, plan)) << "two instances, same rows";
+    a->reset();
+    EXPECT_TRUE(first_run == run_and_record(*a, 99, plan)) << "the same instance after reset()";
+}
+
+TEST_P(properties, ResetRestoresTheInitialState) {
+    const int64_t length = 200;
+    const layout l = gqa_layout(8, length);
+    auto pol = create_evicting(30, 1, 5, l, length);
+    auto fresh = create_evicting(30, 1, 5, l, length);
+    ASSERT_TRUE(pol && fresh);
+    run_and_record(*pol, 3, chunk_plan(length, 8, 50));
+    EXPECT_EQ(pol->next_position(), length);
+    pol->reset();
+    EXPECT_TRUE(take_snapshot(*pol) == take_snapshot(*fresh));
+    EXPECT_EQ(pol->next_position(), 0);
+    EXPECT_EQ(pol->total_evictions(), 0);
+    for (int u = 0; u < pol->n_units(); ++u) {
+        EXPECT_EQ(pol->n_kept(u), 0);
+        EXPECT_EQ(pol->evictions(u), 0);
+        EXPECT_TRUE(pol->kept_positions(u).empty());
+    }
+    EXPECT_FALSE(pol->begin_chunk(length, 1).ok()) << "positions start over at 0";
+    EXPECT_TRUE(pol->begin_chunk(0, 1).ok());
+}
+
+TEST_P(properties, ChunkProtocolErrorsAreReported) {
+    const layout l = gqa_layout(4, 10);
+    auto pol = create_evicting(6, 1, 2, l, 10);
+    ASSERT_NE(pol, nullptr);
+    auto expect_error = [](const status& s, const std::string& fragment) {
+        ASSERT_FALSE(s.ok()) << fragment;
+        EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+    };
+    expect_error(pol->end_chunk(), "no chunk in progress");
+    expect_error(pol->begin_chunk(1, 1), "first position 1 does not follow the previous chunk; expected 0");
+    expect_error(pol->begin_chunk(0, 0), "a chunk of 0 tokens; expected 1 to max_chunk 4");
+    expect_error(pol->begin_chunk(0, 5), "a chunk of 5 tokens; expected 1 to max_chunk 4");
+    ASSERT_TRUE(pol->begin_chunk(0, 4).ok());
+    expect_error(pol->begin_chunk(4, 1), "has not ended");
+    ASSERT_TRUE(pol->end_chunk().ok());
+    ASSERT_TRUE(pol->begin_chunk(4, 4).ok());
+    ASSERT_TRUE(pol->end_chunk().ok());
+    expect_error(pol->begin_chunk(8, 3), "chunk [8, 11) goes past max_positions 10");
+    EXPECT_TRUE(pol->begin_chunk(8, 2).ok());
+}
+
+// Rows change the scores exactly when the policy reads attention; otherwise decisions ignore them and every
+// score stays 0.
+TEST_P(properties, RowsMatterExactlyWhenAttentionIsRead) {
+    const int64_t length = 120;
+    const layout l = gqa_layout(4, length);
+    auto a = create_evicting(20, 2, 6, l, length);
+    auto b = create_evicting(20, 2, 6, l, length);
+    ASSERT_TRUE(a && b);
+    const auto plan = chunk_plan(length, 4, 40);
+    const auto run_a = run_and_record(*a, 1, plan);
+    const auto run_b = run_and_record(*b, 2, plan);
+    if (a->needs_attention()) {
+        EXPECT_FALSE(run_a.back().score_bits == run_b.back().score_bits)
+            << "different attention, same scores";
+        return;
+    }
+    EXPECT_TRUE(run_a == run_b) << "different attention, different decisions";
+    for (int u = 0; u < a->n_units(); ++u) {
+        for (double v : a->slot_scores(u)) ASSERT_EQ(v, 0.0);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(every_policy, properties, ::testing::ValuesIn(policy::policy_names()),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
+}  // namespace h2okv::testing

@@ -1,0 +1,157 @@
+// A brute-force reference of SPEC.md's eviction contract, written as plainly as possible and sharing no
+// code with src/policy. It is the oracle of the policy conformance suite, and other test folders use it the
+// same way: feed it the attention rows your engine computed and compare its kept sets with your engine's.
+//
+// Everything is by position (no slots): per unit a std::map position -> float64 score. A chunk's rows come
+// per query (in order) and per unit, as (position, increment) pairs or as "null" (skip add_row).
+//
+//   h2okv::testing::reference_policy ref(h2okv::testing::reference_policy::rule::lowest_score,
+//                                        /*budget=*/64, /*recent=*/32, /*sinks=*/0, /*decay=*/1.0,
+//                                        /*n_units=*/pol->n_units());
+//   ref.begin_chunk(first, n);
+//   for i in 0..n-1, for each unit u:
+//       ref.add_row(u, i, {{pos, increment}, ...});   // the same doubles the engine passed to add_row
+//   ref.end_chunk();
+//   EXPECT_EQ(ref.kept(u), pol->kept_positions(u));
+//
+// The increments must be the contract's row increments: per attended position, the sum in double of the
+// unit's query heads' weights (in kv_policy::heads_of order). Misuse (a row attending a position the query
+// cannot see, rows out of order) throws std::logic_error, which fails the calling test.
+//
+// Scores are compared bit for bit with the library: like it, build with floating-point contraction off
+// (GCC's C++ default contracts a * b + c into an FMA where the target has one).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace h2okv::testing {
+
+class reference_policy {
+public:
+    // Which evictable position leaves first.
+    enum class rule {
+        none,          // full: nothing is ever evicted
+        oldest,        // window, streaming: the lowest position
+        lowest_score,  // h2o, tova: the lowest score, a tie evicts the lower position
+    };
+
+    // The victim rule of every policy the contract describes; nullopt for a policy it does not know (a new
+    // policy's author adds its rule here, and the conformance suite fails until they do).
+    static std::optional<rule> rule_of(std::string_view policy_name) {
+        if (policy_name == "full") return rule::none;
+        if (policy_name == "window" || policy_name == "streaming") return rule::oldest;
+        if (policy_name == "h2o" || policy_name == "tova") return rule::lowest_score;
+        return std::nullopt;
+    }
+
+    using row = std::vector<std::pair<int64_t, double>>;  // (attended position, increment)
+
+    // budget is ignored by rule::none. decay multiplies every score once per (non-null) query row; tova's is
+    // 0.
+    reference_policy(rule r, int64_t budget, int64_t recent, int64_t sinks, double decay, int n_units)
+        : rule_(r), budget_(budget), recent_(recent), sinks_(sinks), decay_(decay), units_(n_units) {}
+
+    void begin_chunk(int64_t first, int n) {
+        if (in_chunk_ || first != next_ || n < 1) throw std::logic_error("reference: bad begin_chunk");
+        first_ = first;
+        n_ = n;
+        in_chunk_ = true;
+        for (unit& u : units_) {
+            u.last_row = -1;
+            u.victims.clear();
+        }
+    }
+
+    // The row of chunk query i (position first + i) for `unit_index`. Not calling it is a null row.
+    void add_row(int unit_index, int i, const row& increments) {
+        unit& u = units_.at(unit_index);
+        if (!in_chunk_ || i < 0 || i >= n_ || i <= u.last_row)
+            throw std::logic_error("reference: bad add_row");
+        u.last_row = i;
+        const int64_t t = first_ + i;
+        // Decay every score present now: kept positions, and chunk positions < t (those a query has touched).
+        if (decay_ != 1.0) {
+            for (auto& [pos, score] : u.scores) score = score * decay_;
+        }
+        for (const auto& [pos, w] : increments) {
+            const bool kept = pos < first_ && u.scores.count(pos) == 1;
+            const bool chunk_prefix = pos >= first_ && pos <= t;
+            if (!kept && !chunk_prefix) {
+                throw std::logic_error("reference: query " + std::to_string(t) + " attends position " +
+                                       std::to_string(pos) + ", which it cannot see");
+            }
+            u.scores[pos] = u.scores[pos] + w;  // a newcomer starts at 0
+        }
+    }
+
+    void end_chunk() {
+        if (!in_chunk_) throw std::logic_error("reference: end_chunk without begin_chunk");
+        for (unit& u : units_) {
+            for (int64_t p = first_; p < first_ + n_; ++p) u.scores.emplace(p, 0.0);  // admit
+            while (rule_ != rule::none && static_cast<int64_t>(u.scores.size()) > budget_) {
+                const int64_t victim = pick_victim(u.scores);
+                u.scores.erase(victim);
+                u.victims.push_back(victim);
+            }
+            std::sort(u.victims.begin(), u.victims.end());
+        }
+        next_ = first_ + n_;
+        in_chunk_ = false;
+    }
+
+    // Positions held, ascending.
+    std::vector<int64_t> kept(int unit_index) const {
+        std::vector<int64_t> out;
+        for (const auto& [pos, score] : units_.at(unit_index).scores) out.push_back(pos);
+        return out;
+    }
+    // Positions the last end_chunk evicted, ascending.
+    const std::vector<int64_t>& victims(int unit_index) const { return units_.at(unit_index).victims; }
+    // Position -> score of every position held (and, during a chunk, of chunk positions already attended).
+    const std::map<int64_t, double>& scores(int unit_index) const { return units_.at(unit_index).scores; }
+
+private:
+    struct unit {
+        std::map<int64_t, double> scores;
+        std::vector<int64_t> victims;
+        int last_row = -1;
+    };
+
+    int64_t pick_victim(const std::map<int64_t, double>& scores) const {
+        // Protected: the sinks, and the `recent` largest positions held right now.
+        std::set<int64_t> recent_window;
+        for (auto it = scores.rbegin(); it != scores.rend() && std::ssize(recent_window) < recent_; ++it) {
+            recent_window.insert(it->first);
+        }
+        std::optional<int64_t> best;
+        for (const auto& [pos, score] : scores) {  // ascending position: a later equal candidate never wins
+            if (pos < sinks_ || recent_window.count(pos) == 1) continue;
+            if (!best) {
+                best = pos;
+            } else if (rule_ == rule::lowest_score && score < scores.at(*best)) {
+                best = pos;
+            }
+        }
+        if (!best) throw std::logic_error("reference: over budget with nothing evictable");
+        return *best;
+    }
+
+    rule rule_;
+    int64_t budget_, recent_, sinks_;
+    double decay_;
+    std::vector<unit> units_;
+    int64_t next_ = 0, first_ = 0;
+    int n_ = 0;
+    bool in_chunk_ = false;
+};
+
+}  // namespace h2okv::testing
