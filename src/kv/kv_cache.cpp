@@ -141,7 +141,8 @@ status kv_cache::attend(int layer, int64_t first_pos, int n_tok, const float* q,
     }
     for (int t = 0; t < n_tok; ++t) {
         const int ci = static_cast<int>(base) + t;
-        // Threads only pay off when a query's attention over all heads is more than a few microseconds of work.
+        // Threads only pay off when a query's attention over all heads is more than a few microseconds of
+        // work.
         const int64_t work = static_cast<int64_t>(attended_[0].size()) * hd * hp_.n_head;
 #pragma omp parallel for schedule(static) if (hp_.n_kv_head > 1 && work >= 32768)
         for (int g = 0; g < hp_.n_kv_head; ++g) {

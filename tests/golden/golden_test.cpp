@@ -57,8 +57,7 @@ TEST(Golden, DefaultModelIsTheBundledOne) {
     int rc = -1;
     const std::string out = run(kCli + " generate -p 'Once upon a time' -n 196 2>/dev/null", &rc);
     EXPECT_EQ(rc, 0);
-    EXPECT_EQ(out,
-              read_file(std::string(H2OKV_SOURCE_DIR) + "/tests/golden/stories260K_greedy_200.txt"));
+    EXPECT_EQ(out, read_file(std::string(H2OKV_SOURCE_DIR) + "/tests/golden/stories260K_greedy_200.txt"));
 }
 
 }  // namespace
