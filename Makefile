@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps demo test test-debug build release format clean
+.PHONY: all deps demo test test-debug release results format clean
 
 all: release
 
@@ -27,6 +27,11 @@ test-debug: deps
 	@cmake --preset debug >/dev/null
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
+
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 20 minutes on 2 cores).
+results: release
+	bash scripts/run_results.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
 
 format:
 	@find include src tools tests bench \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i

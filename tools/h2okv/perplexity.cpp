@@ -95,7 +95,7 @@ int run_perplexity(const perplexity_options& o) {
         for (const auto& spec : o.sweep_policies) {
             auto p = policy::params::parse(spec);
             if (!p.ok()) return fail(p.error().with_context("--sweep-policies"));
-            p->gran = base->kv.gran;
+            if (spec.find("granularity=") == std::string::npos) p->gran = base->kv.gran;
             for (const auto& b : o.sweep_budgets) {
                 if (p->name == "full" && !runs.empty() && runs.back().kv.name == "full") continue;
                 engine::session_params sp = *base;
