@@ -1,0 +1,82 @@
+// End to end through the CLI: `h2okv generate --kv-trace` against the numpy reference's own generation
+// (`llama_ref.py --text ... --generate N --trace`, its own tokenizer and eviction code): the generated text
+// and the trace file must be identical, byte for byte.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSource = H2OKV_SOURCE_DIR;
+const std::string kCli = H2OKV_CLI;
+
+std::string run(const std::string& cmd, int* rc) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *rc = pclose(p);
+    return out;
+}
+
+std::string read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+struct trace_case {
+    std::string cli_flags;    // h2okv generate flags
+    std::string numpy_flags;  // the same configuration for llama_ref.py
+};
+
+TEST(CliTrace, GenerateTraceEqualsTheNumpyReference) {
+    const std::string prompt =
+        "Once upon a time, there was a little dog named Max. Max liked to run in the park";
+    const int n = 48;
+    const std::vector<trace_case> cases = {
+        {"--kv-policy h2o --kv-budget 16 --kv-prefill-chunk 2", "--policy h2o --budget 16 --chunk 2"},
+        {"--kv-policy h2o --kv-budget 20 --kv-recent 5 --kv-sinks 1 --kv-decay 0.9 --kv-granularity model "
+         "--kv-prefill-chunk 7",
+         "--policy h2o --budget 20 --recent 5 --sinks 1 --decay 0.9 --granularity model --chunk 7"},
+        {"--kv-policy tova --kv-budget 12 --kv-granularity layer --kv-prefill-chunk 64",
+         "--policy tova --budget 12 --granularity layer --chunk 64"},
+        {"--kv-policy streaming --kv-budget 20 --kv-sinks 4 --kv-prefill-chunk 1",
+         "--policy streaming --budget 20 --sinks 4 --chunk 1"},
+        {"--kv-policy h2o --kv-budget 0.3 --kv-prefill-chunk 5", "--policy h2o --budget 0.3 --chunk 5"},
+    };
+    const fs::path dir = fs::temp_directory_path() / ("h2okv_cli_trace_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string model = kSource + "/models/stories260K.gguf";
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.cli_flags);
+        int rc = -1;
+        const std::string ours =
+            run(kCli + " generate -m " + model + " -p '" + prompt + "' -n " + std::to_string(n) + " " +
+                    c.cli_flags + " --kv-trace " + (dir / "ours.jsonl").string() + " 2>/dev/null",
+                &rc);
+        ASSERT_EQ(rc, 0);
+        const std::string theirs =
+            run("/usr/bin/python3 " + kSource + "/tests/reference/llama_ref.py --model " + model +
+                    " --text '" + prompt + "' --generate " + std::to_string(n) + " " + c.numpy_flags +
+                    " --trace " + (dir / "theirs.jsonl").string(),
+                &rc);
+        ASSERT_EQ(rc, 0);
+        EXPECT_EQ(ours, theirs);
+        const std::string trace = read_file(dir / "ours.jsonl");
+        EXPECT_FALSE(trace.empty());
+        EXPECT_EQ(trace, read_file(dir / "theirs.jsonl"));
+    }
+    fs::remove_all(dir);
+}
+
+}  // namespace
