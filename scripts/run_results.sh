@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results}
-B=./build/release/tools/h2okv/h2okv
+B=${H2OKV_BIN:-./build/release/tools/h2okv/h2okv}
 shared=../shared
 mkdir -p "$out"
 rm -f "$out"/*.jsonl "$out"/*.trace.jsonl

@@ -23,8 +23,9 @@ result<std::unique_ptr<session>> session::create(model::model& m, const session_
             run_length, n_ctx);
     }
     const int chunk = static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length));
-    // Evicting policies stream past the context: positions are bounded by the run, not by n_ctx.
-    const int64_t max_positions = p.kv.name == "full" ? n_ctx : std::max(n_ctx, run_length);
+    // `full` holds the whole run (checked above to fit the context); evicting policies stream past the context,
+    // so their positions are bounded by the run as well.
+    const int64_t max_positions = run_length;
     H2OKV_ASSIGN_OR_RETURN(auto cache,
                            kv::kv_cache::create(m.params(), p.kv, chunk, max_positions, run_length));
     return std::unique_ptr<session>(new session(m, p, n_ctx, run_length, std::move(cache)));
