@@ -24,10 +24,8 @@ struct agreement_options {
     kv_options kv;
     std::string prompts_path;
     int64_t n_steps = 64;
-    bool sweep = false;
-    std::vector<std::string> sweep_policies{"full", "window",         "streaming:sinks=4",
-                                            "h2o",  "h2o:decay=0.98", "tova"};
-    std::vector<std::string> sweep_budgets{"0.1", "0.2", "0.4"};
+    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "h2o:decay=0.98", "tova"},
+                        {"0.1", "0.2", "0.4"}};
     std::string jsonl_path;
 };
 
@@ -45,30 +43,6 @@ result<std::vector<std::string>> read_prompts(const std::string& path) {
     if (out.empty()) return invalid_argument("'{}' holds no prompt (expected one per line)", path);
     return out;
 }
-
-// Progress with an ETA on stderr, at most a few times a second, only for runs longer than a second.
-class progress_line {
-public:
-    explicit progress_line(std::string label) : label_(std::move(label)), start_(clock::now()) {}
-    void operator()(int64_t done, int64_t total) {
-        const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
-        const double every = tty_ ? 0.25 : 10.0;
-        if (elapsed < 1.0 || (elapsed - last_ < every && done < total)) return;
-        last_ = elapsed;
-        const double eta =
-            done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
-        fmt::print(stderr, "{}{}: {}/{} steps, {:.0f} s elapsed, ETA {:.0f} s{}", tty_ ? "\r" : "", label_,
-                   done, total, elapsed, eta, tty_ ? "   " : "\n");
-        if (tty_ && done == total) fmt::print(stderr, "\n");
-    }
-
-private:
-    using clock = std::chrono::steady_clock;
-    std::string label_;
-    clock::time_point start_;
-    double last_ = 0.0;
-    bool tty_ = isatty(fileno(stderr)) != 0;
-};
 
 int run_agreement(const agreement_options& o) {
     if (o.n_steps < 1) return fail(invalid_argument("-n {} must be >= 1", o.n_steps));
@@ -88,43 +62,18 @@ int run_agreement(const agreement_options& o) {
         prompts.push_back(std::move(t));
     }
 
-    std::vector<engine::session_params> runs;
-    auto base = o.kv.to_session_params(o.model.n_ctx);
-    if (!base.ok()) return fail(base.error());
-    if (!o.sweep) {
-        runs.push_back(*base);
-    } else {
-        for (const auto& spec : o.sweep_policies) {
-            auto p = policy::params::parse(spec);
-            if (!p.ok()) return fail(p.error().with_context("--sweep-policies"));
-            if (spec.find("granularity=") == std::string::npos) p->gran = base->kv.gran;
-            for (const auto& b : o.sweep_budgets) {
-                if (p->name == "full" && !runs.empty() && runs.back().kv.name == "full") continue;
-                engine::session_params sp = *base;
-                sp.kv = *p;
-                if (p->name != "full") {
-                    auto budget = policy::budget_spec::parse(b);
-                    if (!budget.ok()) return fail(budget.error().with_context("--sweep-budgets"));
-                    sp.kv.budget = *budget;
-                }
-                runs.push_back(sp);
-            }
-        }
-    }
-
-    std::unique_ptr<std::ofstream> jsonl;
-    if (!o.jsonl_path.empty()) {
-        jsonl = std::make_unique<std::ofstream>(o.jsonl_path, std::ios::app);
-        if (!*jsonl) return fail(io_error("--jsonl: cannot open '{}' for appending", o.jsonl_path));
-    }
+    auto runs = o.sweep.runs(o.kv, o.model.n_ctx);
+    if (!runs.ok()) return fail(runs.error());
+    auto jsonl = open_jsonl(o.jsonl_path);
+    if (!jsonl.ok()) return fail(jsonl.error());
     const std::string sha = lm->file->sha256();
     fmt::print("{} prompts, {} steps each (teacher-forced on the full cache's greedy tokens)\n",
                prompts.size(), o.n_steps);
     fmt::print("{:<40} {:>7} {:>8} {:>9} {:>9} {:>12} {:>9}\n", "policy", "budget", "match", "mass",
                "diverged", "first_div", "seconds");
-    for (const auto& sp : runs) {
+    for (const auto& sp : *runs) {
         const std::string spec = sp.kv.to_string();
-        progress_line progress(spec);
+        progress_line progress(spec, "steps");
         const int64_t total = static_cast<int64_t>(prompts.size()) * o.n_steps;
         std::vector<eval::agreement_result> results;
         for (size_t i = 0; i < prompts.size(); ++i) {
@@ -132,7 +81,7 @@ int run_agreement(const agreement_options& o) {
             auto r = eval::agreement(*lm->model, prompts[i], o.n_steps, sp,
                                      [&](int64_t d, int64_t) { progress(done_before + d, total); });
             if (!r.ok()) return fail(r.error().with_context(fmt::format("prompt {}", i + 1)));
-            if (jsonl) {
+            if (*jsonl) {
                 nlohmann::json j = {
                     {"command", "agreement"},
                     {"record", "prompt"},
@@ -153,7 +102,7 @@ int run_agreement(const agreement_options& o) {
                     {"retained_mass", r->retained_mass},
                     {"evictions", r->evictions},
                     {"seconds", r->seconds}};
-                *jsonl << j.dump() << "\n";
+                **jsonl << j.dump() << "\n";
             }
             results.push_back(std::move(*r));
         }
@@ -165,7 +114,7 @@ int run_agreement(const agreement_options& o) {
                    s.retained_mass, fmt::format("{}/{}", s.n_diverged, s.n_prompts),
                    s.n_diverged > 0 ? fmt::format("{:.1f}", s.mean_first_divergence) : "-", s.seconds);
         std::fflush(stdout);
-        if (jsonl) {
+        if (*jsonl) {
             nlohmann::json j = {
                 {"command", "agreement"},
                 {"record", "summary"},
@@ -186,7 +135,7 @@ int run_agreement(const agreement_options& o) {
                 {"mean_first_divergence",
                  s.n_diverged > 0 ? nlohmann::json(s.mean_first_divergence) : nlohmann::json(nullptr)},
                 {"seconds", s.seconds}};
-            *jsonl << j.dump() << "\n";
+            **jsonl << j.dump() << "\n";
         }
     }
     return 0;
@@ -210,21 +159,11 @@ void add_agreement_command(CLI::App& app, int* exit_code) {
     cmd->add_option("-n,--n-predict", o->n_steps, "Steps (greedy tokens) compared per prompt")
         ->capture_default_str();
     o->kv.add_to(*cmd);
-    cmd->add_flag("--sweep", o->sweep,
-                  "Run the grid --sweep-policies x --sweep-budgets instead of one policy");
-    auto* policies = cmd->add_option("--sweep-policies", o->sweep_policies,
-                                     "Policy specs of the sweep (giving it implies --sweep)")
-                         ->capture_default_str();
-    auto* budgets = cmd->add_option("--sweep-budgets", o->sweep_budgets,
-                                    "Budgets of the sweep, counts or fractions (giving it implies --sweep)")
-                        ->capture_default_str();
+    o->sweep.add_to(*cmd);
     cmd->add_option("--jsonl", o->jsonl_path,
                     "Append JSON lines: one per prompt and run, one summary per run (configuration, model "
                     "sha256, timings)");
-    cmd->callback([o, exit_code, policies, budgets] {
-        if (policies->count() > 0 || budgets->count() > 0) o->sweep = true;
-        *exit_code = run_agreement(*o);
-    });
+    cmd->callback([o, exit_code] { *exit_code = run_agreement(*o); });
 }
 
 }  // namespace h2okv::cli

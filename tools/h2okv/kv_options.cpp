@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
 
 namespace h2okv::cli {
 
@@ -58,6 +62,83 @@ result<engine::session_params> kv_options::to_session_params(int64_t n_ctx) cons
     sp.n_ctx = n_ctx;
     H2OKV_RETURN_IF_ERROR(sp.validate());
     return sp;
+}
+
+void sweep_options::add_to(CLI::App& cmd) {
+    cmd.add_flag("--sweep", sweep, "Run the grid --sweep-policies x --sweep-budgets instead of one policy");
+    policies_option_ =
+        cmd.add_option("--sweep-policies", policies, "Policy specs of the sweep (implies --sweep)")
+            ->capture_default_str();
+    budgets_option_ = cmd.add_option("--sweep-budgets", budgets,
+                                     "Budgets of the sweep, counts or fractions (implies --sweep)")
+                          ->capture_default_str();
+}
+
+bool sweep_options::active() const {
+    return sweep || (policies_option_ != nullptr && policies_option_->count() > 0) ||
+           (budgets_option_ != nullptr && budgets_option_->count() > 0);
+}
+
+result<std::vector<engine::session_params>> sweep_options::runs(const kv_options& kv, int64_t n_ctx) const {
+    H2OKV_ASSIGN_OR_RETURN(engine::session_params base, kv.to_session_params(n_ctx));
+    std::vector<engine::session_params> out;
+    if (!active()) {
+        out.push_back(base);
+        return out;
+    }
+    bool have_full = false;
+    for (const auto& spec : policies) {
+        auto p = policy::params::parse(spec);
+        if (!p.ok()) return p.error().with_context("--sweep-policies");
+        if (spec.find("granularity=") == std::string::npos) p->gran = base.kv.gran;
+        for (const auto& b : budgets) {
+            engine::session_params sp = base;
+            sp.kv = *p;
+            if (p->name == "full") {
+                if (have_full) continue;
+                have_full = true;
+            } else {
+                auto budget = policy::budget_spec::parse(b);
+                if (!budget.ok()) return budget.error().with_context("--sweep-budgets");
+                sp.kv.budget = *budget;
+            }
+            out.push_back(sp);
+        }
+    }
+    if (out.empty()) return invalid_argument("--sweep: the grid is empty (give policies and budgets)");
+    return out;
+}
+
+progress_line::progress_line(std::string label, std::string unit)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      start_(clock::now()),
+      tty_(isatty(fileno(stderr)) != 0) {}
+
+void progress_line::operator()(int64_t done, int64_t total) {
+    const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
+    const double every = tty_ ? 0.25 : 10.0;
+    if (elapsed < 1.0 || (elapsed - last_ < every && done < total)) return;
+    last_ = elapsed;
+    const double eta = done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+    fmt::print(stderr, "{}{}: {}/{} {}, {:.0f} s elapsed, ETA {:.0f} s{}", tty_ ? "\r" : "", label_, done,
+               total, unit_, elapsed, eta, tty_ ? "   " : "\n");
+    if (tty_ && done == total) fmt::print(stderr, "\n");
+}
+
+result<std::string> read_text_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return io_error("cannot open '{}' for reading", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+result<std::unique_ptr<std::ofstream>> open_jsonl(const std::string& path) {
+    if (path.empty()) return std::unique_ptr<std::ofstream>();
+    auto out = std::make_unique<std::ofstream>(path, std::ios::app);
+    if (!*out) return io_error("--jsonl: cannot open '{}' for appending", path);
+    return out;
 }
 
 result<loaded_model> load_model(const std::string& path) {

@@ -1,10 +1,14 @@
-// The flags every subcommand that runs a model shares: the model, threads, context and the KV policy.
+// What the subcommands that run a model share: the model, threads, context and KV policy flags, policy
+// sweeps, progress lines, text files and JSONL output.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "h2okv/engine/session.h"
 #include "h2okv/gguf/gguf.h"
@@ -36,6 +40,46 @@ struct kv_options {
     result<policy::params> to_params() const;
     result<engine::session_params> to_session_params(int64_t n_ctx) const;
 };
+
+// --sweep, --sweep-policies, --sweep-budgets: a grid of policy specs x budgets instead of the one policy of
+// the KV flags. Giving either list implies --sweep.
+struct sweep_options {
+    sweep_options(std::vector<std::string> default_policies, std::vector<std::string> default_budgets)
+        : policies(std::move(default_policies)), budgets(std::move(default_budgets)) {}
+
+    bool sweep = false;
+    std::vector<std::string> policies;
+    std::vector<std::string> budgets;
+
+    void add_to(CLI::App& cmd);
+    bool active() const;  // after parsing: --sweep or either list given
+    // The runs: the KV flags' policy alone, or the grid (`full` once; specs without granularity= take the
+    // flags' granularity).
+    result<std::vector<engine::session_params>> runs(const kv_options& kv, int64_t n_ctx) const;
+
+private:
+    CLI::Option* policies_option_ = nullptr;
+    CLI::Option* budgets_option_ = nullptr;
+};
+
+// Progress with an ETA on stderr for runs longer than a second: a terminal gets its line rewritten four times
+// a second, a log a line every 10 s.
+class progress_line {
+public:
+    progress_line(std::string label, std::string unit);
+    void operator()(int64_t done, int64_t total);
+
+private:
+    using clock = std::chrono::steady_clock;
+    std::string label_, unit_;
+    clock::time_point start_;
+    double last_ = 0.0;
+    bool tty_;
+};
+
+result<std::string> read_text_file(const std::string& path);
+// Opens `path` for appending JSON lines; null when path is empty.
+result<std::unique_ptr<std::ofstream>> open_jsonl(const std::string& path);
 
 // A model and the file it lives in (the model's weights point into the mapped file).
 struct loaded_model {

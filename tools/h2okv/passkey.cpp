@@ -27,42 +27,8 @@ struct passkey_options {
     eval::passkey_params params;
     std::string filler_path = H2OKV_DEFAULT_DATA_DIR "/tinystories/tinystories_val_head.txt";
     bool show = false;
-    bool sweep = false;
-    std::vector<std::string> sweep_policies{"full", "window", "streaming:sinks=4", "h2o", "tova"};
-    std::vector<std::string> sweep_budgets{"0.2", "0.5"};
+    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "tova"}, {"0.2", "0.5"}};
     std::string jsonl_path;
-};
-
-result<std::string> read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return io_error("cannot open '{}' for reading", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// Progress with an ETA on stderr, at most a few times a second, only for runs longer than a second.
-class progress_line {
-public:
-    explicit progress_line(std::string label) : label_(std::move(label)), start_(clock::now()) {}
-    void operator()(int64_t done, int64_t total) {
-        const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
-        const double every = tty_ ? 0.25 : 10.0;
-        if (elapsed < 1.0 || (elapsed - last_ < every && done < total)) return;
-        last_ = elapsed;
-        const double eta =
-            done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
-        fmt::print(stderr, "{}{}: {}/{} trials, {:.0f} s elapsed, ETA {:.0f} s{}", tty_ ? "\r" : "", label_,
-                   done, total, elapsed, eta, tty_ ? "   " : "\n");
-        if (tty_ && done == total) fmt::print(stderr, "\n");
-    }
-
-private:
-    using clock = std::chrono::steady_clock;
-    std::string label_;
-    clock::time_point start_;
-    double last_ = 0.0;
-    bool tty_ = isatty(fileno(stderr)) != 0;
 };
 
 int run_passkey(const passkey_options& o) {
@@ -73,7 +39,7 @@ int run_passkey(const passkey_options& o) {
     if (!lm.ok()) return fail(lm.error());
     auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
     if (!tok.ok()) return fail(tok.error());
-    auto text = read_text(o.filler_path);
+    auto text = read_text_file(o.filler_path);
     if (!text.ok()) return fail(text.error().with_context("--filler"));
     auto filler = eval::passkey_filler(*tok, *text, o.params.length);
     if (!filler.ok()) return fail(filler.error().with_context("--filler"));
@@ -83,42 +49,17 @@ int run_passkey(const passkey_options& o) {
                                             eval::passkey_keys(o.params.seed, 1).front());
     if (!probe.ok()) return fail(probe.error().with_context("--length"));
 
-    std::vector<engine::session_params> runs;
-    auto base = o.kv.to_session_params(o.model.n_ctx);
-    if (!base.ok()) return fail(base.error());
-    if (!o.sweep) {
-        runs.push_back(*base);
-    } else {
-        for (const auto& spec : o.sweep_policies) {
-            auto p = policy::params::parse(spec);
-            if (!p.ok()) return fail(p.error().with_context("--sweep-policies"));
-            if (spec.find("granularity=") == std::string::npos) p->gran = base->kv.gran;
-            for (const auto& b : o.sweep_budgets) {
-                if (p->name == "full" && !runs.empty() && runs.back().kv.name == "full") continue;
-                engine::session_params sp = *base;
-                sp.kv = *p;
-                if (p->name != "full") {
-                    auto budget = policy::budget_spec::parse(b);
-                    if (!budget.ok()) return fail(budget.error().with_context("--sweep-budgets"));
-                    sp.kv.budget = *budget;
-                }
-                runs.push_back(sp);
-            }
-        }
-    }
-
-    std::unique_ptr<std::ofstream> jsonl;
-    if (!o.jsonl_path.empty()) {
-        jsonl = std::make_unique<std::ofstream>(o.jsonl_path, std::ios::app);
-        if (!*jsonl) return fail(io_error("--jsonl: cannot open '{}' for appending", o.jsonl_path));
-    }
+    auto runs = o.sweep.runs(o.kv, o.model.n_ctx);
+    if (!runs.ok()) return fail(runs.error());
+    auto jsonl = open_jsonl(o.jsonl_path);
+    if (!jsonl.ok()) return fail(jsonl.error());
     const std::string sha = lm->file->sha256();
     fmt::print("passkey: {} tokens per prompt, {} trials per depth, seed {}, filler '{}'\n", o.params.length,
                o.params.trials, o.params.seed, o.filler_path);
     fmt::print("{:<44} {:>7} {:>6} {:>8} {:>9} {:>9}\n", "policy", "budget", "depth", "correct", "accuracy",
                "seconds");
-    for (const auto& sp : runs) {
-        progress_line progress(sp.kv.to_string());
+    for (const auto& sp : *runs) {
+        progress_line progress(sp.kv.to_string(), "trials");
         auto r = eval::passkey(*lm->model, *tok, *filler, o.params, sp, progress);
         if (!r.ok()) return fail(r.error());
         const std::string resolved = r->config.to_string();
@@ -135,7 +76,7 @@ int run_passkey(const passkey_options& o) {
             }
         }
         std::fflush(stdout);
-        if (jsonl) {
+        if (*jsonl) {
             for (const auto& d : r->per_depth) {
                 std::vector<std::string> keys, answers;
                 for (const auto& t : r->trials) {
@@ -166,7 +107,7 @@ int run_passkey(const passkey_options& o) {
                                     {"generated", answers},
                                     {"evictions", r->evictions},
                                     {"seconds", r->seconds}};
-                *jsonl << j.dump() << "\n";
+                **jsonl << j.dump() << "\n";
             }
         }
     }
@@ -204,21 +145,11 @@ void add_passkey_command(CLI::App& app, int* exit_code) {
         ->capture_default_str();
     o->kv.add_to(*cmd);
     cmd->add_flag("--show", o->show, "Print every trial's key and answer");
-    cmd->add_flag("--sweep", o->sweep,
-                  "Run the grid --sweep-policies x --sweep-budgets instead of one policy");
-    auto* policies = cmd->add_option("--sweep-policies", o->sweep_policies,
-                                     "Policy specs of the sweep (giving it implies --sweep)")
-                         ->capture_default_str();
-    auto* budgets = cmd->add_option("--sweep-budgets", o->sweep_budgets,
-                                    "Budgets of the sweep, counts or fractions (giving it implies --sweep)")
-                        ->capture_default_str();
+    o->sweep.add_to(*cmd);
     cmd->add_option(
         "--jsonl", o->jsonl_path,
         "Append one JSON line per run and depth (configuration, model sha256, keys, answers, timings)");
-    cmd->callback([o, exit_code, policies, budgets] {
-        if (policies->count() > 0 || budgets->count() > 0) o->sweep = true;
-        *exit_code = run_passkey(*o);
-    });
+    cmd->callback([o, exit_code] { *exit_code = run_passkey(*o); });
 }
 
 }  // namespace h2okv::cli

@@ -23,44 +23,9 @@ struct perplexity_options {
     kv_options kv;
     std::string text_path;
     int64_t max_tokens = 0;
-    bool sweep = false;
-    std::vector<std::string> sweep_policies{"full", "window",         "streaming:sinks=4",
-                                            "h2o",  "h2o:decay=0.98", "tova"};
-    std::vector<std::string> sweep_budgets{"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"};
+    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "h2o:decay=0.98", "tova"},
+                        {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
     std::string jsonl_path;
-};
-
-result<std::string> read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return io_error("cannot open '{}' for reading", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// Progress with an ETA on stderr, at most a few times a second, only for runs longer than a second.
-class progress_line {
-public:
-    explicit progress_line(std::string label) : label_(std::move(label)), start_(clock::now()) {}
-    void operator()(int64_t done, int64_t total) {
-        const double elapsed = std::chrono::duration<double>(clock::now() - start_).count();
-        // A terminal gets its line rewritten 4 times a second; a log gets a line every 10 s.
-        const double every = tty_ ? 0.25 : 10.0;
-        if (elapsed < 1.0 || (elapsed - last_ < every && done < total)) return;
-        last_ = elapsed;
-        const double eta =
-            done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
-        fmt::print(stderr, "{}{}: {}/{} tokens, {:.0f} s elapsed, ETA {:.0f} s{}", tty_ ? "\r" : "", label_,
-                   done, total, elapsed, eta, tty_ ? "   " : "\n");
-        if (tty_ && done == total) fmt::print(stderr, "\n");
-    }
-
-private:
-    using clock = std::chrono::steady_clock;
-    std::string label_;
-    clock::time_point start_;
-    double last_ = 0.0;
-    bool tty_ = isatty(fileno(stderr)) != 0;
 };
 
 int run_perplexity(const perplexity_options& o) {
@@ -69,7 +34,7 @@ int run_perplexity(const perplexity_options& o) {
     if (!lm.ok()) return fail(lm.error());
     auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
     if (!tok.ok()) return fail(tok.error());
-    auto text = read_text(o.text_path);
+    auto text = read_text_file(o.text_path);
     if (!text.ok()) return fail(text.error().with_context("-f"));
     auto ids = tok->encode(*text, /*add_special=*/false, /*parse_special=*/false);
     if (!ids.ok()) return fail(ids.error());
@@ -85,41 +50,15 @@ int run_perplexity(const perplexity_options& o) {
         tokens.resize(static_cast<size_t>(o.max_tokens));
     }
 
-    // The runs: the one policy of the flags, or the sweep's grid.
-    std::vector<engine::session_params> runs;
-    auto base = o.kv.to_session_params(o.model.n_ctx);
-    if (!base.ok()) return fail(base.error());
-    if (!o.sweep) {
-        runs.push_back(*base);
-    } else {
-        for (const auto& spec : o.sweep_policies) {
-            auto p = policy::params::parse(spec);
-            if (!p.ok()) return fail(p.error().with_context("--sweep-policies"));
-            if (spec.find("granularity=") == std::string::npos) p->gran = base->kv.gran;
-            for (const auto& b : o.sweep_budgets) {
-                if (p->name == "full" && !runs.empty() && runs.back().kv.name == "full") continue;
-                engine::session_params sp = *base;
-                sp.kv = *p;
-                if (p->name != "full") {
-                    auto budget = policy::budget_spec::parse(b);
-                    if (!budget.ok()) return fail(budget.error().with_context("--sweep-budgets"));
-                    sp.kv.budget = *budget;
-                }
-                runs.push_back(sp);
-            }
-        }
-    }
-
-    std::unique_ptr<std::ofstream> jsonl;
-    if (!o.jsonl_path.empty()) {
-        jsonl = std::make_unique<std::ofstream>(o.jsonl_path, std::ios::app);
-        if (!*jsonl) return fail(io_error("--jsonl: cannot open '{}' for appending", o.jsonl_path));
-    }
+    auto runs = o.sweep.runs(o.kv, o.model.n_ctx);
+    if (!runs.ok()) return fail(runs.error());
+    auto jsonl = open_jsonl(o.jsonl_path);
+    if (!jsonl.ok()) return fail(jsonl.error());
     const std::string sha = lm->file->sha256();
     fmt::print("{:<44} {:>8} {:>10} {:>12} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
                "evictions", "seconds");
-    for (const auto& sp : runs) {
-        progress_line progress(sp.kv.to_string());
+    for (const auto& sp : *runs) {
+        progress_line progress(sp.kv.to_string(), "tokens");
         auto r = eval::perplexity(*lm->model, tokens, sp, o.kv.prefill_chunk,
                                   [&progress](int64_t d, int64_t t) { progress(d, t); });
         if (!r.ok()) return fail(r.error());
@@ -129,7 +68,7 @@ int run_perplexity(const perplexity_options& o) {
                    budget > 0 ? std::to_string(budget) : "-", r->n_tokens, r->perplexity, r->evictions,
                    r->seconds);
         std::fflush(stdout);
-        if (jsonl) {
+        if (*jsonl) {
             nlohmann::json j = {{"command", "perplexity"},
                                 {"model", o.model.model_path},
                                 {"model_sha256", sha},
@@ -148,7 +87,7 @@ int run_perplexity(const perplexity_options& o) {
                                 {"evictions", r->evictions},
                                 {"kv_bytes", r->kv_bytes},
                                 {"seconds", r->seconds}};
-            *jsonl << j.dump() << "\n";
+            **jsonl << j.dump() << "\n";
         }
     }
     return 0;
@@ -168,12 +107,7 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
     cmd->add_option("--max-tokens", o->max_tokens,
                     "Evaluate the first N tokens, BOS included (N - 1 predictions); default: the whole file");
     o->kv.add_to(*cmd);
-    cmd->add_flag("--sweep", o->sweep,
-                  "Run the grid --sweep-policies x --sweep-budgets instead of one policy");
-    cmd->add_option("--sweep-policies", o->sweep_policies, "Policy specs of the sweep")
-        ->capture_default_str();
-    cmd->add_option("--sweep-budgets", o->sweep_budgets, "Budgets of the sweep (counts or fractions)")
-        ->capture_default_str();
+    o->sweep.add_to(*cmd);
     cmd->add_option("--jsonl", o->jsonl_path,
                     "Append one JSON line per run (configuration, model sha256, timings)");
     cmd->callback([o, exit_code] { *exit_code = run_perplexity(*o); });
