@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps demo test test-debug release results format clean
+.PHONY: all deps demo test test-debug release results cli-doc format clean
 
 all: release
 
@@ -32,6 +32,10 @@ test-debug: deps
 results: release
 	bash scripts/run_results.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Regenerates docs/CLI.md from the binary's --help texts.
+cli-doc: release
+	/usr/bin/python3 scripts/gen_cli_doc.py ./build/release/tools/h2okv/h2okv docs/CLI.md
 
 format:
 	@find include src tools tests bench \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
