@@ -29,11 +29,19 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
     return v;
 }
 
-// rows x cols weights of `type` with random content (for Q8_0: random scales and int8 values).
+// rows x cols weights of `type` with random content (for Q8_0: random scales and int8 values; for Q4_0,
+// Q4_K, Q6_K: random normal values through quantize_row).
 std::vector<std::byte> random_weights(tensor_type type, int64_t rows, int64_t cols) {
     const size_t row_bytes = k::row_size(type, cols);
     std::vector<std::byte> bytes(row_bytes * static_cast<size_t>(rows));
     const std::vector<float> v = random_floats(static_cast<size_t>(rows * cols), 1);
+    if (type == tensor_type::q4_0 || type == tensor_type::q4_k || type == tensor_type::q6_k) {
+        for (int64_t r = 0; r < rows; ++r) {
+            k::quantize_row(type, v.data() + r * cols, cols,
+                            bytes.data() + static_cast<size_t>(r) * row_bytes);
+        }
+        return bytes;
+    }
     for (int64_t r = 0; r < rows; ++r) {
         std::byte* row = bytes.data() + static_cast<size_t>(r) * row_bytes;
         for (int64_t i = 0; i < cols; ++i) {
@@ -65,6 +73,10 @@ void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa) {
     }
     const int64_t rows = state.range(0);
     const int64_t cols = state.range(1);
+    if (k::row_size(type, cols) == 0) {
+        state.SkipWithError("rows are not a whole number of this type's blocks");
+        return;
+    }
     const int n_tok = static_cast<int>(state.range(2));
     const int saved_threads = omp_get_max_threads();
     omp_set_num_threads(static_cast<int>(state.range(3)));
@@ -144,10 +156,10 @@ void attend_args(benchmark::internal::Benchmark* b) {
 }
 
 void register_all() {
-    const std::pair<tensor_type, const char*> types[] = {{tensor_type::f32, "F32"},
-                                                         {tensor_type::f16, "F16"},
-                                                         {tensor_type::bf16, "BF16"},
-                                                         {tensor_type::q8_0, "Q8_0"}};
+    const std::pair<tensor_type, const char*> types[] = {
+        {tensor_type::f32, "F32"},   {tensor_type::f16, "F16"},   {tensor_type::bf16, "BF16"},
+        {tensor_type::q8_0, "Q8_0"}, {tensor_type::q4_0, "Q4_0"}, {tensor_type::q4_k, "Q4_K"},
+        {tensor_type::q6_k, "Q6_K"}};
     const std::pair<k::isa, const char*> isas[] = {{k::isa::reference, "reference"}, {k::isa::avx2, "avx2"}};
     for (const auto& [isa, isa_name] : isas) {
         for (const auto& [type, type_name] : types) {

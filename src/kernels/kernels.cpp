@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/blocks.h"
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/ref/ref.h"
@@ -63,17 +64,33 @@ uint16_t fp32_to_bf16(float f) noexcept {
 }
 
 bool matmul_supports(tensor_type t) noexcept {
-    return t == tensor_type::f32 || t == tensor_type::f16 || t == tensor_type::bf16 || t == tensor_type::q8_0;
+    switch (t) {
+        case tensor_type::f32:
+        case tensor_type::f16:
+        case tensor_type::bf16:
+        case tensor_type::q8_0:
+        case tensor_type::q4_0:
+        case tensor_type::q4_k:
+        case tensor_type::q6_k: return true;
+        default: return false;
+    }
 }
 
 size_t row_size(tensor_type t, int64_t cols) noexcept {
     if (cols < 0) return 0;
     const auto n = static_cast<size_t>(cols);
+    auto blocks = [n](int64_t elems, size_t bytes) {
+        const auto e = static_cast<size_t>(elems);
+        return n % e == 0 ? n / e * bytes : 0;
+    };
     switch (t) {
         case tensor_type::f32: return n * 4;
         case tensor_type::f16:
         case tensor_type::bf16: return n * 2;
-        case tensor_type::q8_0: return n % 32 == 0 ? n / 32 * 34 : 0;
+        case tensor_type::q8_0: return blocks(detail::q8_0_elems, detail::q8_0_bytes);
+        case tensor_type::q4_0: return blocks(detail::q4_0_elems, detail::q4_0_bytes);
+        case tensor_type::q4_k: return blocks(detail::q4_k_elems, detail::q4_k_bytes);
+        case tensor_type::q6_k: return blocks(detail::q6_k_elems, detail::q6_k_bytes);
         default: return 0;
     }
 }

@@ -46,7 +46,26 @@ std::vector<std::string> synthetic_vocab(int64_t n, std::vector<int32_t>* types)
     return tokens;
 }
 
+// llama.cpp's LLAMA_FTYPE numbers for the whole-file type (Q4_K: "Q4_K_S", every matrix Q4_K).
+uint32_t file_type(gguf::tensor_type t) {
+    switch (t) {
+        case gguf::tensor_type::f32: return 0;
+        case gguf::tensor_type::f16: return 1;
+        case gguf::tensor_type::q4_0: return 2;
+        case gguf::tensor_type::q8_0: return 7;
+        case gguf::tensor_type::q4_k: return 14;
+        case gguf::tensor_type::q6_k: return 18;
+        default: return 32;  // BF16
+    }
+}
+
 }  // namespace
+
+gguf::tensor_type matrix_type(gguf::tensor_type type, int64_t cols) {
+    if (kernels::row_size(type, cols) != 0) return type;
+    if (kernels::row_size(gguf::tensor_type::q8_0, cols) != 0) return gguf::tensor_type::q8_0;
+    return gguf::tensor_type::f16;
+}
 
 status synth_shape::validate() const {
     if (n_embd < 2 || n_layer < 1 || n_head < 1 || n_kv_head < 1 || n_ff < 1) {
@@ -70,8 +89,9 @@ status synth_shape::validate() const {
 result<std::vector<std::byte>> synthesize_llama(const synth_shape& s, gguf::tensor_type type, uint64_t seed) {
     H2OKV_RETURN_IF_ERROR(s.validate());
     if (!kernels::matmul_supports(type)) {
-        return invalid_argument("synthetic model: weight type {} is not supported (F32, F16, BF16, Q8_0)",
-                                gguf::tensor_type_name(static_cast<uint32_t>(type)));
+        return invalid_argument(
+            "synthetic model: weight type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
+            gguf::tensor_type_name(static_cast<uint32_t>(type)));
     }
     const int64_t head_dim = s.n_embd / s.n_head;
     gguf::writer w;
@@ -86,10 +106,7 @@ result<std::vector<std::byte>> synthesize_llama(const synth_shape& s, gguf::tens
     w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
     w.set_f32("llama.rope.freq_base", s.rope_freq_base);
     w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    w.set_u32("general.file_type", type == gguf::tensor_type::f32    ? 0
-                                   : type == gguf::tensor_type::f16  ? 1
-                                   : type == gguf::tensor_type::q8_0 ? 7
-                                                                     : 32);
+    w.set_u32("general.file_type", file_type(type));
     std::vector<int32_t> types;
     const auto tokens = synthetic_vocab(s.n_vocab, &types);
     std::vector<float> scores(tokens.size());
@@ -105,6 +122,7 @@ result<std::vector<std::byte>> synthesize_llama(const synth_shape& s, gguf::tens
     rng r(seed);
     auto add = [&](const std::string& name, gguf::tensor_type t, int64_t cols, int64_t rows, float scale,
                    float offset) -> status {
+        if (t != gguf::tensor_type::f32) t = matrix_type(type, cols);
         std::vector<float> values(static_cast<size_t>(cols * rows));
         for (float& v : values) v = offset + scale * r.symmetric();
         std::vector<int64_t> dims{cols};

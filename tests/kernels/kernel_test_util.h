@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/ref/ref.h"
 
 namespace h2okv::kernels::test_support {
 
@@ -90,7 +91,12 @@ inline encoded_matrix encode_matrix(gguf::tensor_type type, int64_t rows, int64_
                     }
                 }
                 break;
-            default: break;
+            default:
+                // Block types: this library's quantiser, decoded by the reference (the spec of the values,
+                // itself checked against hand-built blocks in quant_test.cpp).
+                quantize_row(type, s, cols, row);
+                ref::dequantize_row(type, row, cols, val);
+                break;
         }
     }
     return m;

@@ -45,6 +45,8 @@ std::vector<variant> fast_variants() {
 // Q8_0 (d*q is exact in float): 2 (q*x in a partial sum, one more fma) + 1 (joining the partials) + 1
 // (d * partial fma) + up to cols/64 (later blocks into the same accumulator) + 1 (joining) + 3 <= cols/64
 // + 8.
+// Q4_0, Q4_K, Q6_K decode exactly into registers and then take the dense path's accumulation (without its
+// 8-step and tail), so the dense count bounds them too.
 double roundings(tensor_type t, int64_t cols) {
     return t == tensor_type::q8_0 ? static_cast<double>(cols) / 64 + 8 : static_cast<double>(cols) / 32 + 10;
 }
@@ -85,19 +87,31 @@ void expect_within_bound(const char* who, const std::vector<float>& got, const o
     }
 }
 
-const tensor_type all_types[] = {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0};
+const tensor_type all_types[] = {tensor_type::f32,  tensor_type::f16,  tensor_type::bf16, tensor_type::q8_0,
+                                 tensor_type::q4_0, tensor_type::q4_k, tensor_type::q6_k};
+
+bool is_k_quant(tensor_type t) {
+    return t == tensor_type::q4_k || t == tensor_type::q6_k;
+}
+bool is_block32(tensor_type t) {
+    return t == tensor_type::q8_0 || t == tensor_type::q4_0;
+}
 
 TEST(Matmul, VariantsMatchReferenceOverOddShapes) {
     const int64_t dense_cols[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65, 100, 172, 257, 1000};
     const int64_t q8_cols[] = {32, 64, 96, 160, 256, 704, 1024};
+    // Pieces of 256 plus a partial last piece (1280 = 5 pieces, 288 / 800 for Q4_0: 1 and 3 pieces + a tail).
+    const int64_t q4_0_cols[] = {32, 64, 96, 288, 800};
+    const int64_t k_cols[] = {256, 512, 1280};
     const int64_t row_counts[] = {1, 5, 17};
     const int tok_counts[] = {1, 2, 3, 4, 5, 7, 26};
     int compared = 0;
     uint32_t seed = 1;
     for (tensor_type type : all_types) {
-        const bool q8 = type == tensor_type::q8_0;
-        const auto cols_list = q8 ? std::vector<int64_t>(std::begin(q8_cols), std::end(q8_cols))
-                                  : std::vector<int64_t>(std::begin(dense_cols), std::end(dense_cols));
+        std::vector<int64_t> cols_list(std::begin(dense_cols), std::end(dense_cols));
+        if (type == tensor_type::q8_0) cols_list.assign(std::begin(q8_cols), std::end(q8_cols));
+        if (type == tensor_type::q4_0) cols_list.assign(std::begin(q4_0_cols), std::end(q4_0_cols));
+        if (is_k_quant(type)) cols_list.assign(std::begin(k_cols), std::end(k_cols));
         for (int64_t cols : cols_list) {
             for (int64_t rows : row_counts) {
                 for (int n_tok : tok_counts) {
@@ -153,9 +167,10 @@ TEST(Matmul, PartialRowRangesWriteOnlyTheirRows) {
 // where the row block starts.
 TEST(Matmul, TokenGroupingDoesNotChangeBits) {
     for (tensor_type type : all_types) {
-        const encoded_matrix m = encode_matrix(type, 33, 160, 5);
+        const int64_t cols = is_k_quant(type) ? 512 : 160;
+        const encoded_matrix m = encode_matrix(type, 33, cols, 5);
         const int n_tok = 29;  // spans a 24-token tile, groups of 3, and a tail of 2
-        const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * 160), 6);
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), 6);
         std::vector<rows_fn> fns = {&ref::matmul_rows};
         for (const variant& v : fast_variants()) fns.push_back(v.rows);
         for (rows_fn fn : fns) {
@@ -163,7 +178,7 @@ TEST(Matmul, TokenGroupingDoesNotChangeBits) {
             fn(m.view(), x.data(), n_tok, all.data(), 0, 33);
             for (int t = 0; t < n_tok; ++t) {
                 std::vector<float> one(33);
-                fn(m.view(), x.data() + t * 160, 1, one.data(), 0, 33);
+                fn(m.view(), x.data() + t * cols, 1, one.data(), 0, 33);
                 ASSERT_EQ(std::memcmp(one.data(), all.data() + t * 33, 33 * sizeof(float)), 0)
                     << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " token " << t;
             }
@@ -220,14 +235,20 @@ TEST(Matmul, DispatchUsesTheSelectedVariant) {
 
 TEST(Matmul, SupportedTypesAndRowSizes) {
     for (tensor_type t : all_types) EXPECT_TRUE(matmul_supports(t));
-    EXPECT_FALSE(matmul_supports(tensor_type::q4_0));
-    EXPECT_FALSE(matmul_supports(tensor_type::q6_k));
+    EXPECT_FALSE(matmul_supports(static_cast<tensor_type>(3)));   // Q4_1
+    EXPECT_FALSE(matmul_supports(static_cast<tensor_type>(13)));  // Q5_K
     EXPECT_EQ(row_size(tensor_type::f32, 10), 40u);
     EXPECT_EQ(row_size(tensor_type::f16, 10), 20u);
     EXPECT_EQ(row_size(tensor_type::bf16, 10), 20u);
     EXPECT_EQ(row_size(tensor_type::q8_0, 64), 68u);
     EXPECT_EQ(row_size(tensor_type::q8_0, 40), 0u);
-    EXPECT_EQ(row_size(tensor_type::q4_k, 256), 0u);
+    EXPECT_EQ(row_size(tensor_type::q4_0, 64), 36u);
+    EXPECT_EQ(row_size(tensor_type::q4_0, 48), 0u);
+    EXPECT_EQ(row_size(tensor_type::q4_k, 512), 288u);
+    EXPECT_EQ(row_size(tensor_type::q4_k, 576), 0u);
+    EXPECT_EQ(row_size(tensor_type::q6_k, 256), 210u);
+    EXPECT_EQ(row_size(tensor_type::q6_k, 128), 0u);
+    EXPECT_EQ(row_size(static_cast<tensor_type>(13), 256), 0u);
 }
 
 // Dequantization is exact for every type: every variant must reproduce the encoded values bit for bit.
@@ -239,8 +260,9 @@ TEST(DequantizeRow, ExactForEveryTypeAndVariant) {
     if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
 #endif
     for (tensor_type type : all_types) {
-        for (int64_t cols : {1, 7, 8, 13, 32, 64, 100, 160, 333}) {
-            if (type == tensor_type::q8_0 && cols % 32 != 0) continue;
+        for (int64_t cols : {1, 7, 8, 13, 32, 64, 100, 160, 256, 333, 768}) {
+            if (is_block32(type) && cols % 32 != 0) continue;
+            if (is_k_quant(type) && cols % 256 != 0) continue;
             const encoded_matrix m = encode_matrix(type, 1, cols, static_cast<uint32_t>(cols));
             for (const auto& [name, fn] : fns) {
                 std::vector<float> out(static_cast<size_t>(cols) + 8, 123.0f);

@@ -1,8 +1,8 @@
 // The engine against the independent numpy reference (tests/reference/llama_ref.py, float64, its own GGUF
 // parser and eviction code): logits to 1e-4 relative and identical kept sets after every chunk, full cache
 // and evicting runs, on the bundled model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and
-// 128, GQA 1, 4 and 8, separate output, F16 and Q8_0 weights) and on ../shared's h2o-eval-5M model when
-// present.
+// 128, GQA 1, 4 and 8, separate output, F16, BF16, Q8_0 and Q4_K weights) and on ../shared's h2o-eval-5M
+// model when present.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -182,6 +182,8 @@ TEST(EngineVsNumpy, SyntheticModels) {
         {"hd64_gqa8_q8_0", {512, 2, 8, 1, 256, 320, 2048, false}, gguf::tensor_type::q8_0},
         // head_dim 64, GQA 4, BF16
         {"hd64_gqa4_bf16", {256, 1, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::bf16},
+        // head_dim 64, GQA 4, separate output, Q4_K in every matrix (n_embd and n_ff multiples of 256)
+        {"hd64_gqa4_q4_k", {512, 2, 8, 2, 512, 300, 2048, false}, gguf::tensor_type::q4_k},
     };
     const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_synth_{}", ::getpid());
     fs::create_directories(dir);

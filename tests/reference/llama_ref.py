@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """An independent numpy reference of h2okv: a float64 llama forward pass plus the KV eviction contract.
 
-It shares no code with the C++ engine: its own GGUF parser (v2/v3), dequantisation (F32, F16, BF16, Q8_0),
+It shares no code with the C++ engine: its own GGUF parser (v2/v3), dequantisation (F32, F16, BF16, Q8_0,
+Q4_0, Q4_K, Q6_K, from ggml's block layouts),
 SentencePiece encoder/decoder, forward pass and eviction bookkeeping, written from the GGUF format description
 and /work/shared/SPEC.md ("the eviction contract"). Needs only numpy; run it with /usr/bin/python3.
 
@@ -33,8 +34,59 @@ GGUF_SCALARS = {  # value type -> struct format
     0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d",
 }
 GGUF_STRING, GGUF_ARRAY = 8, 9
-T_F32, T_F16, T_Q8_0, T_BF16 = 0, 1, 8, 30
+T_F32, T_F16, T_Q4_0, T_Q8_0, T_Q4_K, T_Q6_K, T_BF16 = 0, 1, 2, 8, 12, 14, 30
 Q8_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "i1", (32,))])  # 34 bytes: fp16 scale, 32 int8
+Q4_0_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])  # 18 bytes: byte i = element i | element 16+i << 4
+# 144 bytes: fp16 d, fp16 dmin, 12 bytes of packed 6-bit scales and mins, 128 bytes of nibbles
+Q4_K_BLOCK = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", (12,)), ("qs", "u1", (128,))])
+# 210 bytes: 4 low bits, 2 high bits, int8 sub-block scales, fp16 d
+Q6_K_BLOCK = np.dtype([("ql", "u1", (128,)), ("qh", "u1", (64,)), ("scales", "i1", (16,)), ("d", "<f2")])
+
+
+def dequant_q4_0(b):
+    """Q4_0 blocks -> [n_blocks * 32]: d * (nibble - 8); low nibbles are elements 0..15, high 16..31."""
+    q = np.concatenate([b["qs"] & 15, b["qs"] >> 4], axis=1).astype(np.float64) - 8.0
+    return (b["d"].astype(np.float64)[:, None] * q).reshape(-1)
+
+
+def dequant_q4_k(b):
+    """Q4_K super-blocks -> [n * 256]: 8 sub-blocks of 32, x = d*sc*q - dmin*m with 6-bit sc, m.
+
+    scales[12]: bytes 0..3 hold sc0..3 (low 6 bits) and the top 2 bits of sc4..7; bytes 4..7 m0..3 and the
+    top bits of m4..7; bytes 8..11 the low nibbles of sc4..7 (low) and m4..7 (high). qs[32p + l] holds
+    sub-block 2p element l in its low nibble and sub-block 2p+1 element l in its high nibble."""
+    s = b["scales"].astype(np.int64)
+    sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+    m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+    qs = b["qs"].reshape(-1, 4, 32).astype(np.int64)
+    q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.float64)
+    d = b["d"].astype(np.float64)[:, None, None]
+    dmin = b["dmin"].astype(np.float64)[:, None, None]
+    return (d * sc[:, :, None] * q - dmin * m[:, :, None]).reshape(-1)
+
+
+def dequant_q6_k(b):
+    """Q6_K super-blocks -> [n * 256]: 16 sub-blocks of 16, x = d * scale * (q - 32), q 6 bits.
+
+    Each half h (128 elements) uses ql[64h:64h+64] and qh[32h:32h+32]; its element 32k + l (k < 4, l < 32)
+    has low bits (ql[l + 32*(k%2)] >> 4*(k//2)) & 15 and high bits (qh[l] >> 2k) & 3."""
+    ql = b["ql"].reshape(-1, 2, 64).astype(np.int64)
+    qh = b["qh"].reshape(-1, 2, 32).astype(np.int64)
+    parts = []
+    for k in range(4):
+        lo = (ql[:, :, 32 * (k % 2):32 * (k % 2) + 32] >> (4 * (k // 2))) & 15
+        hi = (qh >> (2 * k)) & 3
+        parts.append((lo | (hi << 4)) - 32)
+    q = np.stack(parts, axis=2).reshape(-1, 256).astype(np.float64)
+    scale = np.repeat(b["scales"].astype(np.float64), 16, axis=1)
+    return (b["d"].astype(np.float64)[:, None] * scale * q).reshape(-1)
+
+
+BLOCK_TYPES = {  # type -> (name, elements per block, block dtype, dequantiser)
+    T_Q4_0: ("Q4_0", 32, Q4_0_BLOCK, dequant_q4_0),
+    T_Q4_K: ("Q4_K", 256, Q4_K_BLOCK, dequant_q4_k),
+    T_Q6_K: ("Q6_K", 256, Q6_K_BLOCK, dequant_q6_k),
+}
 
 
 class GgufError(Exception):
@@ -122,8 +174,14 @@ class Gguf:
                 raise GgufError(f"{name}: {n} elements is not a whole number of Q8_0 blocks")
             blocks = np.frombuffer(self.buf, dtype=Q8_0_BLOCK, count=n // 32, offset=start)
             a = (blocks["d"].astype(np.float64)[:, None] * blocks["qs"].astype(np.float64)).reshape(-1)
+        elif ttype in BLOCK_TYPES:
+            tname, per_block, dtype, dequant = BLOCK_TYPES[ttype]
+            if n % per_block:
+                raise GgufError(f"{name}: {n} elements is not a whole number of {tname} blocks")
+            a = dequant(np.frombuffer(self.buf, dtype=dtype, count=n // per_block, offset=start))
         else:
-            raise GgufError(f"{name}: tensor type {ttype} is not supported (F32, F16, BF16, Q8_0)")
+            raise GgufError(
+                f"{name}: tensor type {ttype} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)")
         return a.reshape(list(reversed(dims)))
 
 

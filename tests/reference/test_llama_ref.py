@@ -236,6 +236,46 @@ class GgufParser(unittest.TestCase):
                         self.assertEqual(got.dtype, np.float64)
                         np.testing.assert_array_equal(got, decoded(a, t), err_msg=name)
 
+    def _raw_tensor(self, d, ttype, n, blob):
+        """Writes one tensor of n elements whose bytes are `blob` and reads it back through the parser."""
+        md = {"general.architecture": "llama"}
+        head = b"GGUF" + struct.pack("<IQQ", 3, 1, len(md)) + b"".join(_kv(k, v) for k, v in md.items())
+        body = head + _str("t") + struct.pack("<IQIQ", 1, n, ttype, 0)
+        body += b"\0" * ((-len(body)) % 32)
+        path = os.path.join(d, f"raw{ttype}.gguf")
+        with open(path, "wb") as f:
+            f.write(body + blob)
+        return R.Gguf(path).tensor("t")
+
+    def test_q4_0_q4_k_q6_k_hand_built_blocks(self):
+        """ggml's block layouts from bytes built by hand (the blocks of tests/kernels/quant_test.cpp)."""
+        with tempfile.TemporaryDirectory() as d:
+            # Q4_0: d = 0.5; byte i = element i (low nibble i) | element 16+i (high nibble 15 - i).
+            blob = struct.pack("<e", 0.5) + bytes(i | ((15 - i) << 4) for i in range(16))
+            want = [0.5 * (i - 8) for i in range(16)] + [0.5 * (7 - i) for i in range(16)]
+            np.testing.assert_array_equal(self._raw_tensor(d, R.T_Q4_0, 32, blob), want)
+
+            # Q4_K: d = 1, dmin = 0.5, 6-bit scales and mins packed as ggml's get_scale_min_k4 reads them.
+            sc, m = [1, 2, 3, 4, 5, 6, 7, 63], [0, 1, 2, 3, 60, 17, 32, 63]
+            scales = [1, 2, 3, 4 | (3 << 6), 0 | (3 << 6), 1 | (1 << 6), 2 | (2 << 6), 3 | (3 << 6),
+                      5 | (12 << 4), 6 | (1 << 4), 7, 15 | (15 << 4)]
+            qs = bytes((l % 16) | ((15 - l % 16) << 4) for p in range(4) for l in range(32))
+            blob = struct.pack("<ee", 1.0, 0.5) + bytes(scales) + qs
+            want = [sc[j] * (l % 16 if j % 2 == 0 else 15 - l % 16) - 0.5 * m[j]
+                    for j in range(8) for l in range(32)]
+            np.testing.assert_array_equal(self._raw_tensor(d, R.T_Q4_K, 256, blob), want)
+
+            # Q6_K: element e has code (7e + 3) % 64, scales[j] = j - 8, d = 0.25.
+            ql, qh = bytearray(128), bytearray(64)
+            want = []
+            for e in range(256):
+                code, h, k, l = (7 * e + 3) % 64, e // 128, (e % 128) // 32, e % 32
+                ql[64 * h + l + 32 * (k % 2)] |= (code & 15) << (0 if k < 2 else 4)
+                qh[32 * h + l] |= (code >> 4) << (2 * k)
+                want.append(0.25 * (e // 16 - 8) * (code - 32))
+            blob = bytes(ql) + bytes(qh) + struct.pack("<16b", *range(-8, 8)) + struct.pack("<e", 0.25)
+            np.testing.assert_array_equal(self._raw_tensor(d, R.T_Q6_K, 256, blob), want)
+
     def test_malformed_files_are_refused(self):
         with tempfile.TemporaryDirectory() as d:
             bad = os.path.join(d, "bad.gguf")

@@ -33,8 +33,13 @@ float bf16_to_fp32(uint16_t h) noexcept;
 uint16_t fp32_to_bf16(float f) noexcept;
 
 // A weight matrix as stored in GGUF: `rows` output features, each row `cols` elements (GGUF dims[0] = cols),
-// rows contiguous and `row_bytes` apart. Q8_0 rows hold cols / 32 blocks of {fp16 scale d, int8 q[32]}
-// (34 bytes, value = d * q), so cols must be a multiple of 32 for Q8_0. The view does not own `data`.
+// rows contiguous and `row_bytes` apart. Quantised rows are whole blocks in ggml's layouts, so cols must be a
+// multiple of the block: Q8_0 (32 elements in 34 bytes: fp16 d, int8 q[32]; value d*q), Q4_0 (32 in 18:
+// fp16 d, 16 bytes of nibbles; value d*(q-8)), Q4_K (256 in 144: fp16 d, fp16 dmin, 12 bytes of 6-bit
+// sub-block scales and mins, 128 bytes of nibbles; value (d*sc)*q - dmin*m per 32 elements), Q6_K (256 in
+// 210: 6-bit q in 128 + 64 bytes, int8 scales[16], fp16 d; value (d*sc)*(q-32) per 16 elements). The exact
+// bit layouts are in src/kernels/blocks.h; the reference dequantisers define the values. The view does not
+// own `data`.
 struct matrix_view {
     gguf::tensor_type type;
     const std::byte* data;
@@ -43,8 +48,8 @@ struct matrix_view {
     size_t row_bytes;
 };
 
-// True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0). Loaders check this and
-// refuse other types with a status; the kernels themselves do not check.
+// True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+// Loaders check this and refuse other types with a status; the kernels themselves do not check.
 bool matmul_supports(gguf::tensor_type t) noexcept;
 // Bytes of one row of `cols` elements of type `t` (0 when `t` is unsupported or cols is not a whole number of
 // blocks).
@@ -53,9 +58,13 @@ size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
 // not alias x). Parallel over blocks of rows with OpenMP (serial when called inside a parallel region or for
 // small products); bit-identical for any thread count and for any split of the tokens into calls.
+// Quantised weights are dequantised exactly (as dequantize_row) and multiplied with the f32 activations in
+// f32: activations are never quantised, so every type has the error bound of an f32 dot product of its
+// decoded weights.
 void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept;
 
-// Converts `n` elements of a row of type `t` to f32 (n a multiple of 32 for Q8_0). src: the row's bytes.
+// Converts `n` elements of a row of type `t` to f32 (n a whole number of blocks for quantised types). src:
+// the row's bytes.
 void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; x, w, out: [n]; out may alias x. The sum of squares is
@@ -103,9 +112,19 @@ bool set_isa(isa i) noexcept;
 
 namespace h2okv::kernels {
 
-// Converts `n` f32 values to a row of type `t` (F32, F16, BF16 or Q8_0; n a multiple of 32 for Q8_0), the
-// inverse of dequantize_row up to the type's rounding. Q8_0 as ggml: per block of 32, d = max|x| / 127 stored
-// as fp16, q = round(x / d). dst: row_size(t, n) bytes. Returns false for other types.
+// Converts `n` f32 values to a row of type `t` (any type matmul_supports; n a whole number of blocks), the
+// inverse of dequantize_row up to the type's rounding. dst: row_size(t, n) bytes. Returns false for other
+// types or a partial block. Round to nearest with these scales:
+//   Q8_0 as ggml: per block of 32, d = max|x| / 127 stored as fp16, q = round(x / d); |error| <= d/2.
+//   Q4_0 as ggml: d = -(the signed x of largest magnitude) / 8, q = min(15, floor(x/d + 8.5)); |error| <= d/2
+//     except on the side opposite that x, where the clamp at 15 allows up to |d|.
+//   Q4_K: per 32 elements an offset m_j = max(0, -min x) and step s_j = (max x + m_j) / 15, stored as 6-bit
+//     multiples of the block's fp16 dmin and d, rounded up so the grid still covers the sub-block (no
+//     clipping); |error| <= (d*sc_j)/2 with the stored values.
+//   Q6_K: per 16 elements a step s_j = max|x| / 31, stored as a 7-bit multiple of the block's fp16 d rounded
+//     up; q in [-31, 31]; |error| <= (d*sc_j)/2.
+// These are simpler than ggml's searched scales (somewhat larger error, same format); llama.cpp reads the
+// results like its own.
 bool quantize_row(gguf::tensor_type t, const float* src, int64_t n, std::byte* dst);
 
 }  // namespace h2okv::kernels

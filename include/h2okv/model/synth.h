@@ -30,9 +30,16 @@ struct synth_shape {
     status validate() const;
 };
 
-// Matrices take `type` (F32, F16, BF16, Q8_0; Q8_0 needs row lengths that are multiples of 32); norms stay
-// F32.
+// Matrices take `type` (any type kernels::matmul_supports), except those whose rows are not a whole number
+// of its blocks, which take matrix_type(type, cols) (as llama.cpp's quantiser falls back for such tensors);
+// norms stay F32. The result holds the whole file; building it needs about twice the file's size in memory
+// (the tensors, then the serialised copy).
 result<std::vector<std::byte>> synthesize_llama(const synth_shape& shape, gguf::tensor_type type,
                                                 uint64_t seed);
+
+// The type a synthetic matrix with rows of `cols` elements gets when the file's type is `type`: `type` when
+// cols is a whole number of its blocks, else Q8_0 when cols is a multiple of 32, else F16 (e.g. Q4_K with
+// n_embd 576 keeps Q8_0 for the matrices whose rows are 576 long).
+gguf::tensor_type matrix_type(gguf::tensor_type type, int64_t cols);
 
 }  // namespace h2okv::model

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/blocks.h"
 #include "kernels/half.h"
 
 namespace h2okv::kernels::ref {
@@ -13,12 +14,80 @@ namespace {
 
 using gguf::tensor_type;
 
-constexpr int64_t q8_0_block = 32;
-constexpr size_t q8_0_block_bytes = 34;  // fp16 scale + 32 int8
+using detail::q4_0_bytes;
+using detail::q4_0_elems;
+using detail::q4_k_bytes;
+using detail::q4_k_elems;
+using detail::q6_k_bytes;
+using detail::q6_k_elems;
+using detail::q8_0_bytes;
+using detail::q8_0_elems;
 
-// Rows are converted in pieces of this many elements so the reference needs no heap (a multiple of the
-// Q8_0 block).
+// Rows are converted in pieces of this many elements so the reference needs no heap (a multiple of every
+// block size).
 constexpr int64_t piece = 256;
+
+float load_half(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return detail::half_to_float(h);
+}
+
+void dequantize_q4_0(const std::byte* src, int64_t n, float* dst) {
+    for (int64_t b = 0; b < n / q4_0_elems; ++b) {
+        const std::byte* block = src + b * q4_0_bytes;
+        const float d = load_half(block);
+        const auto* qs = reinterpret_cast<const uint8_t*>(block + 2);
+        float* y = dst + b * q4_0_elems;
+        for (int i = 0; i < 16; ++i) {
+            y[i] = d * static_cast<float>((qs[i] & 0xF) - 8);
+            y[i + 16] = d * static_cast<float>((qs[i] >> 4) - 8);
+        }
+    }
+}
+
+void dequantize_q4_k(const std::byte* src, int64_t n, float* dst) {
+    for (int64_t b = 0; b < n / q4_k_elems; ++b) {
+        const std::byte* block = src + b * q4_k_bytes;
+        const float d = load_half(block);
+        const float dmin = load_half(block + 2);
+        const auto* scales = reinterpret_cast<const uint8_t*>(block + detail::q4_k_scales_offset);
+        const auto* qs = reinterpret_cast<const uint8_t*>(block + detail::q4_k_qs_offset);
+        float* y = dst + b * q4_k_elems;
+        for (int j = 0; j < 8; ++j) {
+            uint8_t sc;
+            uint8_t m;
+            detail::scale_min_k4(j, scales, &sc, &m);
+            const float d1 = d * static_cast<float>(sc);
+            const float m1 = dmin * static_cast<float>(m);
+            const uint8_t* q = qs + 32 * (j / 2);
+            const int shift = 4 * (j % 2);
+            for (int l = 0; l < 32; ++l) y[32 * j + l] = d1 * static_cast<float>((q[l] >> shift) & 0xF) - m1;
+        }
+    }
+}
+
+void dequantize_q6_k(const std::byte* src, int64_t n, float* dst) {
+    for (int64_t b = 0; b < n / q6_k_elems; ++b) {
+        const std::byte* block = src + b * q6_k_bytes;
+        const float d = load_half(block + detail::q6_k_d_offset);
+        const auto* scales = reinterpret_cast<const int8_t*>(block + detail::q6_k_scales_offset);
+        for (int h = 0; h < 2; ++h) {
+            const auto* ql = reinterpret_cast<const uint8_t*>(block) + 64 * h;
+            const auto* qh = reinterpret_cast<const uint8_t*>(block + detail::q6_k_qh_offset) + 32 * h;
+            float* y = dst + b * q6_k_elems + 128 * h;
+            for (int k = 0; k < 4; ++k) {
+                for (int l = 0; l < 32; ++l) {
+                    const int lo = (ql[l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
+                    const int hi = (qh[l] >> (2 * k)) & 3;
+                    const int e = 32 * k + l;
+                    const float ds = d * static_cast<float>(scales[8 * h + e / 16]);
+                    y[e] = ds * static_cast<float>((lo | (hi << 4)) - 32);
+                }
+            }
+        }
+    }
+}
 
 double dot_f32(const float* a, const float* b, int64_t n) {
     double s = 0.0;
@@ -46,16 +115,28 @@ void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) 
             }
             return;
         case tensor_type::q8_0:
-            assert(n % q8_0_block == 0);
-            for (int64_t b = 0; b < n / q8_0_block; ++b) {
-                const std::byte* block = src + b * q8_0_block_bytes;
+            assert(n % q8_0_elems == 0);
+            for (int64_t b = 0; b < n / q8_0_elems; ++b) {
+                const std::byte* block = src + b * q8_0_bytes;
                 uint16_t dh;
                 std::memcpy(&dh, block, 2);
                 const float d = detail::half_to_float(dh);
                 const auto* q = reinterpret_cast<const int8_t*>(block + 2);
-                for (int64_t i = 0; i < q8_0_block; ++i)
-                    dst[b * q8_0_block + i] = d * static_cast<float>(q[i]);
+                for (int64_t i = 0; i < q8_0_elems; ++i)
+                    dst[b * q8_0_elems + i] = d * static_cast<float>(q[i]);
             }
+            return;
+        case tensor_type::q4_0:
+            assert(n % q4_0_elems == 0);
+            dequantize_q4_0(src, n, dst);
+            return;
+        case tensor_type::q4_k:
+            assert(n % q4_k_elems == 0);
+            dequantize_q4_k(src, n, dst);
+            return;
+        case tensor_type::q6_k:
+            assert(n % q6_k_elems == 0);
+            dequantize_q6_k(src, n, dst);
             return;
         default: assert(false && "dequantize_row: unsupported tensor type"); return;
     }

@@ -3,10 +3,12 @@
 // cpu_has_avx2().
 #include "kernels/x86/avx2.h"
 
+#include "kernels/blocks.h"
 #include "kernels/dispatch.h"
 
 #ifdef H2OKV_KERNELS_X86
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -181,6 +183,138 @@ H2OKV_AVX2 void dot_q8_0(const std::byte* row, const float* const* xs, int64_t n
     }
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) res[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+}
+
+// Decoders of the block types, one group of 32 consecutive elements at a time into four registers. Each
+// performs the reference's float operations in the same order (the build disables fma contraction), so they
+// reproduce ref::dequantize_row bit for bit, and matmul multiplies exactly those values.
+
+// 8 bytes (the low 8 of `v`) as floats.
+H2OKV_AVX2 inline __m256 u8_to_ps(__m128i v) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+}
+H2OKV_AVX2 inline __m256 i8_to_ps(__m128i v) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+}
+
+struct q4_0_codec {
+    static constexpr int64_t elems = detail::q4_0_elems;
+    static constexpr size_t bytes = detail::q4_0_bytes;
+    // The whole block (one group): elements 0..15 are the low nibbles, 16..31 the high ones.
+    H2OKV_AVX2 static void group(const std::byte* block, int64_t /*g*/, __m256* w) {
+        uint16_t dh;
+        std::memcpy(&dh, block, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+        const __m128i lo = _mm_and_si128(qs, low4);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(qs, 4), low4);
+        const __m256i eight = _mm256_set1_epi32(8);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+            const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(parts[u]), eight);
+            w[u] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+        }
+    }
+};
+
+struct q4_k_codec {
+    static constexpr int64_t elems = detail::q4_k_elems;
+    static constexpr size_t bytes = detail::q4_k_bytes;
+    // Sub-block g (0..7): nibbles (low for even g, high for odd) of qs[32*(g/2) ..+32].
+    H2OKV_AVX2 static void group(const std::byte* block, int64_t g, __m256* w) {
+        uint16_t dh[2];
+        std::memcpy(dh, block, 4);
+        uint8_t sc;
+        uint8_t m;
+        detail::scale_min_k4(static_cast<int>(g),
+                             reinterpret_cast<const uint8_t*>(block + detail::q4_k_scales_offset), &sc, &m);
+        const __m256 d1 = _mm256_set1_ps(_cvtsh_ss(dh[0]) * static_cast<float>(sc));
+        const __m256 m1 = _mm256_set1_ps(_cvtsh_ss(dh[1]) * static_cast<float>(m));
+        const __m256i q = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(block + detail::q4_k_qs_offset + 32 * (g / 2)));
+        const __m256i nib =
+            _mm256_and_si256(_mm256_srli_epi16(q, static_cast<int>(4 * (g % 2))), _mm256_set1_epi8(0x0F));
+        const __m128i lo = _mm256_castsi256_si128(nib);
+        const __m128i hi = _mm256_extracti128_si256(nib, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) w[u] = _mm256_sub_ps(_mm256_mul_ps(d1, u8_to_ps(parts[u])), m1);
+    }
+};
+
+struct q6_k_codec {
+    static constexpr int64_t elems = detail::q6_k_elems;
+    static constexpr size_t bytes = detail::q6_k_bytes;
+    // Group g (0..7) = elements 32g ..+32: half h = g/4, k = g%4; low bits from ql[64h + 32(k%2) ..+32]
+    // (nibble k/2), high bits (qh[32h ..+32] >> 2k) & 3; two sub-blocks of 16 with their own scales.
+    H2OKV_AVX2 static void group(const std::byte* block, int64_t g, __m256* w) {
+        const int h = static_cast<int>(g / 4);
+        const int k = static_cast<int>(g % 4);
+        uint16_t dh;
+        std::memcpy(&dh, block + detail::q6_k_d_offset, 2);
+        const float d = _cvtsh_ss(dh);
+        const auto* scales = reinterpret_cast<const int8_t*>(block + detail::q6_k_scales_offset);
+        const __m256i ql =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * h + 32 * (k % 2)));
+        const __m256i qh =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q6_k_qh_offset + 32 * h));
+        // Byte shifts done as 16-bit shifts, masked before bits can cross into the neighbouring byte.
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), _mm256_set1_epi8(0x0F));
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(0x03));
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+        const __m128i lo = _mm256_castsi256_si128(q);
+        const __m128i hi = _mm256_extracti128_si256(q, 1);
+        const __m256 s0 = _mm256_set1_ps(d * static_cast<float>(scales[2 * g]));
+        const __m256 s1 = _mm256_set1_ps(d * static_cast<float>(scales[2 * g + 1]));
+        w[0] = _mm256_mul_ps(s0, i8_to_ps(lo));
+        w[1] = _mm256_mul_ps(s0, i8_to_ps(_mm_srli_si128(lo, 8)));
+        w[2] = _mm256_mul_ps(s1, i8_to_ps(hi));
+        w[3] = _mm256_mul_ps(s1, i8_to_ps(_mm_srli_si128(hi, 8)));
+    }
+};
+
+template <typename C>
+H2OKV_AVX2 void dequantize_blocks(const std::byte* src, int64_t n, float* dst) {
+    constexpr int64_t groups_per_block = C::elems / 32;
+    for (int64_t g = 0; g < n / 32; ++g) {
+        __m256 w[4];
+        C::group(src + static_cast<size_t>(g / groups_per_block) * C::bytes, g % groups_per_block, w);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) _mm256_storeu_ps(dst + 32 * g + 8 * u, w[u]);
+    }
+}
+
+// Dot products of a Q4_0 / Q4_K / Q6_K row with T token rows: each group of 32 weights is decoded once into
+// registers (exactly the reference's values) and multiplied with every token in f32, into 4 accumulators
+// per token. A token's operation sequence does not depend on T.
+template <typename C, int T>
+H2OKV_AVX2 void dot_blocks(const std::byte* row, const float* const* xs, int64_t n, float* res) {
+    constexpr int64_t groups_per_block = C::elems / 32;
+    __m256 acc[T][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) acc[t][u] = _mm256_setzero_ps();
+    }
+    for (int64_t g = 0; g < n / 32; ++g) {
+        __m256 w[4];
+        C::group(row + static_cast<size_t>(g / groups_per_block) * C::bytes, g % groups_per_block, w);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const float* x = xs[t] + 32 * g;
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; ++u)
+                acc[t][u] = _mm256_fmadd_ps(w[u], _mm256_loadu_ps(x + 8 * u), acc[t][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        res[t] =
+            hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+    }
 }
 
 // Tokens per cache tile: a tile of x (tile * cols floats) stays in L2 while a block of rows streams past it.
@@ -375,6 +509,21 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
             assert(w.cols % q8_0_block == 0);
             rows_with<dot_q8_0<1>, dot_q8_0<2>, dot_q8_0<3>>(w, x, n_tok, y, r0, r1);
             return;
+        case tensor_type::q4_0:
+            assert(w.cols % detail::q4_0_elems == 0);
+            rows_with<dot_blocks<q4_0_codec, 1>, dot_blocks<q4_0_codec, 2>, dot_blocks<q4_0_codec, 3>>(
+                w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::q4_k:
+            assert(w.cols % detail::q4_k_elems == 0);
+            rows_with<dot_blocks<q4_k_codec, 1>, dot_blocks<q4_k_codec, 2>, dot_blocks<q4_k_codec, 3>>(
+                w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::q6_k:
+            assert(w.cols % detail::q6_k_elems == 0);
+            rows_with<dot_blocks<q6_k_codec, 1>, dot_blocks<q6_k_codec, 2>, dot_blocks<q6_k_codec, 3>>(
+                w, x, n_tok, y, r0, r1);
+            return;
         default: assert(false && "matmul: unsupported tensor type"); return;
     }
 }
@@ -388,6 +537,9 @@ H2OKV_AVX2 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, f
             assert(n % q8_0_block == 0);
             dequantize_q8_0(src, n, dst);
             return;
+        case tensor_type::q4_0: dequantize_blocks<q4_0_codec>(src, n, dst); return;
+        case tensor_type::q4_k: dequantize_blocks<q4_k_codec>(src, n, dst); return;
+        case tensor_type::q6_k: dequantize_blocks<q6_k_codec>(src, n, dst); return;
         default: assert(false && "dequantize_row: unsupported tensor type"); return;
     }
 }
@@ -434,10 +586,18 @@ H2OKV_AVX2 void attend(const float* q, const float* k, const float* v, int head_
 }  // namespace h2okv::kernels::avx2
 
 namespace h2okv::kernels::detail {
+namespace {
+
+// CPUID directly: clang 14's __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
+}  // namespace
 
 bool cpu_has_avx2() {
-    static const bool has =
-        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     return has;
 }
 

@@ -13,7 +13,7 @@ constexpr int64_t kMaxDim = int64_t{1} << 24;  // far above any real model; guar
 
 result<int64_t> read_dim(const gguf::file& f, const std::string& key, std::optional<int64_t> fallback) {
     result<int64_t> v = fallback ? f.get_int_or(key, *fallback) : f.get_int(key);
-    if (!v.ok()) return v.error().with_context(f.path());
+    if (!v.ok()) return v.error();  // the getters name the file already
     if (*v < 1 || *v > kMaxDim) {
         return invalid_file("{}: {} is {}, expected a value in [1, {}]", f.path(), key, *v, kMaxDim);
     }
@@ -25,7 +25,10 @@ bool supported_weight_type(gguf::tensor_type t) {
         case gguf::tensor_type::f32:
         case gguf::tensor_type::f16:
         case gguf::tensor_type::bf16:
-        case gguf::tensor_type::q8_0: return true;
+        case gguf::tensor_type::q8_0:
+        case gguf::tensor_type::q4_0:
+        case gguf::tensor_type::q4_k:
+        case gguf::tensor_type::q6_k: return true;
         default: return false;
     }
 }
@@ -70,8 +73,9 @@ result<const gguf::tensor_info*> llama_model::tensor(const std::string& name,
                             file().path(), name, show(t->dims), show(dims));
     }
     if (!supported_weight_type(t->type)) {
-        return invalid_file("{}: tensor '{}' has type {}, expected one of F32, F16, BF16, Q8_0",
-                            file().path(), name, gguf::tensor_type_name(static_cast<uint32_t>(t->type)));
+        return invalid_file(
+            "{}: tensor '{}' has type {}, expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K",
+            file().path(), name, gguf::tensor_type_name(static_cast<uint32_t>(t->type)));
     }
     return t;
 }
@@ -84,8 +88,10 @@ result<kernels::matrix_view> llama_model::matrix(const std::string& name, int64_
 
 result<std::vector<float>> llama_model::vector(const std::string& name, int64_t n) const {
     H2OKV_ASSIGN_OR_RETURN(const gguf::tensor_info* t, tensor(name, {n}));
-    if (t->type == gguf::tensor_type::q8_0) {
-        return invalid_file("{}: norm tensor '{}' is Q8_0, expected F32, F16 or BF16", file().path(), name);
+    if (t->type != gguf::tensor_type::f32 && t->type != gguf::tensor_type::f16 &&
+        t->type != gguf::tensor_type::bf16) {
+        return invalid_file("{}: norm tensor '{}' is {}, expected F32, F16 or BF16", file().path(), name,
+                            gguf::tensor_type_name(t->type));
     }
     std::vector<float> out(static_cast<size_t>(n));
     kernels::dequantize_row(t->type, t->data, n, out.data());

@@ -1,0 +1,104 @@
+// h2okv gguf synth: writes a synthetic llama GGUF (random weights) of a named shape and weight type, for
+// benchmarks and tests that need a model of a real model's size without its weights.
+//
+//   h2okv gguf synth --shape smollm-135m --type q8_0 -o /tmp/smollm-q8_0.gguf --seed 1
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "h2okv/kernels/kernels.h"
+#include "h2okv/model/synth.h"
+#include "kv_options.h"
+
+namespace h2okv::cli {
+namespace {
+
+struct synth_options {
+    std::string shape;
+    std::string type;
+    std::string out;
+    uint64_t seed = 1;
+};
+
+const std::map<std::string, model::synth_shape>& shapes() {
+    static const std::map<std::string, model::synth_shape> s = {
+        // SmolLM-135M: head_dim 64, GQA 3, tied embeddings.
+        {"smollm-135m", {576, 30, 9, 3, 1536, 49152, 2048, true, 10000.0f}},
+        // TinyLlama-1.1B: head_dim 64, GQA 8, separate output matrix.
+        {"tinyllama-1.1b", {2048, 22, 32, 4, 5632, 32000, 2048, false, 10000.0f}},
+        // A few-MB model for tests: head_dim 64, GQA 2, every matrix row a multiple of 256; a long context
+        // so deep benchmark runs fit under the `full` policy.
+        {"tiny", {256, 2, 4, 2, 512, 512, 16384, true, 10000.0f}},
+    };
+    return s;
+}
+
+const std::map<std::string, gguf::tensor_type>& types() {
+    static const std::map<std::string, gguf::tensor_type> t = {
+        {"f32", gguf::tensor_type::f32},   {"f16", gguf::tensor_type::f16},
+        {"q8_0", gguf::tensor_type::q8_0}, {"q4_0", gguf::tensor_type::q4_0},
+        {"q4_k", gguf::tensor_type::q4_k},
+    };
+    return t;
+}
+
+int run_synth(const synth_options& o) {
+    const model::synth_shape& s = shapes().at(o.shape);
+    const gguf::tensor_type t = types().at(o.type);
+    // Rows of n_embd (or n_ff) elements that are not whole blocks of `t` keep a wider type; say which.
+    for (auto [what, cols] : {std::pair{"n_embd", s.n_embd}, std::pair{"n_ff", s.n_ff}}) {
+        const gguf::tensor_type got = model::matrix_type(t, cols);
+        if (got != t) {
+            fmt::print(
+                stderr,
+                "h2okv gguf synth: note: matrices with rows of {} = {} elements are not whole {} blocks "
+                "and are stored as {}\n",
+                what, cols, gguf::tensor_type_name(t), gguf::tensor_type_name(got));
+        }
+    }
+    auto bytes = model::synthesize_llama(s, t, o.seed);
+    if (!bytes.ok()) return fail(bytes.error());
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(o.out.c_str(), "wb"), &std::fclose);
+    if (!f) return fail(io_error("cannot create '{}': {}", o.out, std::strerror(errno)));
+    if (std::fwrite(bytes->data(), 1, bytes->size(), f.get()) != bytes->size() ||
+        std::fclose(f.release()) != 0) {
+        return fail(
+            io_error("writing '{}' ({} bytes) failed: {}", o.out, bytes->size(), std::strerror(errno)));
+    }
+    fmt::print(stderr, "h2okv gguf synth: wrote {} ({} bytes, shape {}, type {}, seed {})\n", o.out,
+               bytes->size(), o.shape, gguf::tensor_type_name(t), o.seed);
+    return 0;
+}
+
+}  // namespace
+
+void add_gguf_command(CLI::App& app, int* exit_code) {
+    CLI::App* gguf_cmd = app.add_subcommand("gguf", "GGUF file utilities");
+    gguf_cmd->require_subcommand(1);
+    auto o = std::make_shared<synth_options>();
+    CLI::App* cmd = gguf_cmd->add_subcommand(
+        "synth",
+        "Write a synthetic llama GGUF with random weights of a named shape (Q4_K matrices whose rows are "
+        "not multiples of 256 are stored as Q8_0)");
+    std::string shape_names;
+    for (const auto& [name, shape] : shapes()) shape_names += (shape_names.empty() ? "" : ", ") + name;
+    std::string type_names;
+    for (const auto& [name, type] : types()) type_names += (type_names.empty() ? "" : ", ") + name;
+    cmd->add_option("--shape", o->shape, "Model shape: " + shape_names)
+        ->required()
+        ->check(CLI::IsMember(shapes()));
+    cmd->add_option("--type", o->type, "Weight type of the matrices: " + type_names)
+        ->required()
+        ->check(CLI::IsMember(types()));
+    cmd->add_option("-o,--output", o->out, "Output GGUF file")->required();
+    cmd->add_option("--seed", o->seed, "Seed of the random weights")->capture_default_str();
+    cmd->callback([o, exit_code] { *exit_code = run_synth(*o); });
+}
+
+}  // namespace h2okv::cli
