@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
   clang-format
+  clang libclang-rt-14-dev libomp-dev  # scripts/fuzz.sh: clang, libFuzzer, clang's OpenMP
   python3 python3-numpy python3-matplotlib
 )
 

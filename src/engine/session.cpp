@@ -23,8 +23,8 @@ result<std::unique_ptr<session>> session::create(model::model& m, const session_
             run_length, n_ctx);
     }
     const int chunk = static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length));
-    // `full` holds the whole run (checked above to fit the context); evicting policies stream past the context,
-    // so their positions are bounded by the run as well.
+    // `full` holds the whole run (checked above to fit the context); evicting policies stream past the
+    // context, so their positions are bounded by the run as well.
     const int64_t max_positions = run_length;
     H2OKV_ASSIGN_OR_RETURN(auto cache,
                            kv::kv_cache::create(m.params(), p.kv, chunk, max_positions, run_length));

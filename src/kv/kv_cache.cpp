@@ -1,20 +1,63 @@
 #include "h2okv/kv/kv_cache.h"
 
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "h2okv/kernels/kernels.h"
 
 namespace h2okv::kv {
+namespace {
+
+// The most a cache may take: 64 GiB, and no more than the machine's physical memory.
+status check_memory(const model::hparams& hp, int64_t cap) {
+    constexpr double k_gib = 1ull << 30;
+    constexpr double k_max_bytes = 64.0 * k_gib;
+    const double kv_bytes =
+        2.0 * hp.n_layer * hp.n_kv_head * static_cast<double>(cap) * hp.head_dim * sizeof(float);
+    // Per slot and unit: the policy's slot table (~32 bytes) and the cache's row and attended-slot list
+    // (12 bytes); per slot and query head, the softmax weights (4 bytes). Units: at most one per KV head.
+    const double table_bytes =
+        static_cast<double>(cap) * (44.0 * hp.n_layer * hp.n_kv_head + 4.0 * hp.n_head);
+    const double total = kv_bytes + table_bytes;
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page_size = ::sysconf(_SC_PAGE_SIZE);
+    const double physical = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size : 0.0;
+    const bool over_physical = physical > 0.0 && total > physical;
+    if (total <= k_max_bytes && !over_physical) return ok_status();
+    const std::string limit =
+        over_physical && physical < k_max_bytes
+            ? fmt::format("this machine's physical memory of {:.1f} GiB", physical / k_gib)
+            : fmt::format("the {:.0f} GiB limit", k_max_bytes / k_gib);
+    return out_of_memory(
+        "the KV cache would need {:.1f} GiB ({} slots x {} layers x {} KV heads x head_dim {} x K and V "
+        "in f32, plus {:.1f} GiB of slot tables), more than {}; lower the budget, the context or the run's "
+        "length",
+        total / k_gib, cap, hp.n_layer, hp.n_kv_head, hp.head_dim, table_bytes / k_gib, limit);
+}
+
+}  // namespace
 
 result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, const policy::params& pp,
                                                    int max_chunk, int64_t n_ctx, int64_t run_length) {
     if (max_chunk < 1) return invalid_argument("prefill chunk {} must be >= 1", max_chunk);
     if (n_ctx < 1) return invalid_argument("context length {} must be >= 1", n_ctx);
+    // Refuse a cache that cannot fit before anything is allocated: the policy's slot tables alone can be
+    // tens of GiB, and with overcommit an oversized allocation is not refused but killed when touched.
+    // The slots per unit are kv_policy::capacity()'s: budget + chunk, or the whole context for `full` or
+    // when the budget leaves no room for a chunk.
+    int64_t expected_cap = n_ctx;
+    if (pp.name != "full" && pp.budget) {
+        auto budget = pp.budget->resolve(run_length);
+        if (budget.ok() && *budget <= n_ctx - max_chunk) expected_cap = *budget + max_chunk;
+    }
+    H2OKV_RETURN_IF_ERROR(check_memory(hp, expected_cap));
+
     policy::layout l;
     l.n_layer = hp.n_layer;
     l.n_kv_head = hp.n_kv_head;
@@ -25,13 +68,6 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
     const int64_t cap = pol->capacity();
     const double bytes =
         2.0 * hp.n_layer * hp.n_kv_head * static_cast<double>(cap) * hp.head_dim * sizeof(float);
-    constexpr double kMaxBytes = 64.0 * (1ull << 30);
-    if (bytes > kMaxBytes) {
-        return out_of_memory(
-            "the KV cache would need {:.1f} GiB ({} slots x {} layers x {} KV heads x head_dim {}"
-            " x K and V in f32), more than the {:.0f} GiB limit; lower the budget or context",
-            bytes / (1ull << 30), cap, hp.n_layer, hp.n_kv_head, hp.head_dim, kMaxBytes / (1ull << 30));
-    }
     std::unique_ptr<kv_cache> c(new kv_cache(hp, std::move(pol)));
     try {
         const auto n =
@@ -158,6 +194,7 @@ status kv_cache::attend(int layer, int64_t first_pos, int n_tok, const float* q,
             }
         }
         if (scores) commit_rows(layer, ci);
+        if (weights_observer_) emit_weights(layer, ci);
     }
     return ok_status();
 }
@@ -199,6 +236,26 @@ void kv_cache::commit_rows(int layer, int ci) {
         }
         policy_->add_row(u, ci, row);
         for (int j = 0; j < n; ++j) row[slots[static_cast<size_t>(j)]] = 0.0;
+    }
+}
+
+void kv_cache::emit_weights(int layer, int ci) {
+    const int group = hp_.gqa_group();
+    for (int h = 0; h < hp_.n_head; ++h) {
+        const int u = policy_->unit_of(layer, h / group);
+        const auto& slots = attended_[static_cast<size_t>(u)];
+        const int n_kept = n_kept_[static_cast<size_t>(u)];
+        const int n = n_kept + ci + 1;
+        const auto pos = policy_->slot_positions(u);
+        obs_positions_.clear();
+        for (int j = 0; j < n; ++j) {
+            obs_positions_.push_back(j < n_kept ? pos[static_cast<size_t>(slots[static_cast<size_t>(j)])]
+                                                : chunk_first_ + (j - n_kept));
+        }
+        weights_observer_(
+            layer, h, chunk_first_ + ci, obs_positions_,
+            std::span<const float>(&weights_[static_cast<size_t>(h) * static_cast<size_t>(capacity_)],
+                                   static_cast<size_t>(n)));
     }
 }
 

@@ -33,9 +33,9 @@ result<vocab> load_vocab(const gguf::file& file) {
         v.model = vocab_model::bpe;
     } else {
         return invalid_file(
-            "tokenizer.ggml.model is '{}'; supported tokenizer models are 'llama' (SentencePiece) "
+            "{}: tokenizer.ggml.model is '{}'; supported tokenizer models are 'llama' (SentencePiece) "
             "and 'gpt2' (byte-level BPE)",
-            model);
+            file.path(), model);
     }
     H2OKV_ASSIGN_OR_RETURN(v.pre, file.get_string_or("tokenizer.ggml.pre", ""));
     H2OKV_ASSIGN_OR_RETURN(v.tokens, file.get_string_array("tokenizer.ggml.tokens"));
@@ -43,16 +43,16 @@ result<vocab> load_vocab(const gguf::file& file) {
     if (file.has("tokenizer.ggml.scores")) {
         H2OKV_ASSIGN_OR_RETURN(const auto scores, file.get_float_array("tokenizer.ggml.scores"));
         if (scores.size() < n) {
-            return invalid_file("tokenizer.ggml.scores has {} entries, expected one per token ({})",
-                                scores.size(), n);
+            return invalid_file("{}: tokenizer.ggml.scores has {} entries, expected one per token ({})",
+                                file.path(), scores.size(), n);
         }
         v.scores.assign(scores.begin(), scores.begin() + static_cast<std::ptrdiff_t>(n));
     }
     if (file.has("tokenizer.ggml.token_type")) {
         H2OKV_ASSIGN_OR_RETURN(const auto types, file.get_int_array("tokenizer.ggml.token_type"));
         if (types.size() < n) {
-            return invalid_file("tokenizer.ggml.token_type has {} entries, expected one per token ({})",
-                                types.size(), n);
+            return invalid_file("{}: tokenizer.ggml.token_type has {} entries, expected one per token ({})",
+                                file.path(), types.size(), n);
         }
         v.types.reserve(n);
         for (size_t i = 0; i < n; ++i) {

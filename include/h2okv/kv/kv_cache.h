@@ -31,6 +31,13 @@ namespace h2okv::kv {
 using row_observer = std::function<void(int unit, int64_t query_pos, std::span<const int64_t> positions,
                                         std::span<const double> increments)>;
 
+// Called, when set, with every query row of every (layer, query head) under any policy, `full` included:
+// the attended positions (kept positions, then the chunk prefix) and that head's softmax weights, in the same
+// order. For measurements such as retained attention mass; costs nothing when unset.
+using weights_observer =
+    std::function<void(int layer, int head, int64_t query_pos, std::span<const int64_t> positions,
+                       std::span<const float> weights)>;
+
 class kv_cache final : public model::attention_backend {
 public:
     // run_length resolves fractional budgets (SPEC.md). n_ctx bounds positions under `full`.
@@ -49,6 +56,7 @@ public:
     status end_chunk();
 
     void set_row_observer(row_observer obs) { observer_ = std::move(obs); }
+    void set_weights_observer(weights_observer obs) { weights_observer_ = std::move(obs); }
 
     int64_t capacity() const { return capacity_; }
     int64_t bytes() const;  // K and V storage allocated
@@ -62,6 +70,7 @@ private:
     float* k_at(int layer, int kv_head, int32_t slot);
     float* v_at(int layer, int kv_head, int32_t slot);
     void commit_rows(int layer, int chunk_index);
+    void emit_weights(int layer, int chunk_index);
 
     model::hparams hp_;
     std::unique_ptr<policy::kv_policy> policy_;
@@ -76,6 +85,7 @@ private:
     std::vector<std::vector<double>> rows_;       // per unit: the row being summed, indexed by slot
     std::vector<float> weights_;                  // [n_head][capacity]: the last softmax weights per head
     row_observer observer_;
+    weights_observer weights_observer_;
     std::vector<int64_t> obs_positions_;
     std::vector<double> obs_increments_;
 };
