@@ -9,21 +9,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "test_support.h"
+
+using h2okv::testing::read_file;
+using h2okv::testing::run_command;
+
 namespace {
 
 namespace fs = std::filesystem;
-
-// Runs a shell command; returns its stdout and sets *rc to its exit status.
-std::string run(const std::string& cmd, int* rc) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = pclose(p);
-    return out;
-}
 
 const std::string kCli = H2OKV_CLI;
 
@@ -37,7 +30,8 @@ protected:
     std::string synth(const std::string& type) {
         const std::string path = (dir_ / ("tiny_" + type + ".gguf")).string();
         int rc = -1;
-        run(kCli + " gguf synth --shape tiny --type " + type + " -o " + path + " --seed 3 2>/dev/null", &rc);
+        run_command(
+            kCli + " gguf synth --shape tiny --type " + type + " -o " + path + " --seed 3 2>/dev/null", &rc);
         EXPECT_EQ(rc, 0) << type;
         return path;
     }
@@ -48,7 +42,7 @@ TEST_F(BenchCli, SynthWritesLoadableModelsOfEveryType) {
     for (const std::string type : {"f32", "f16", "q8_0", "q4_0", "q4_k"}) {
         const std::string path = synth(type);
         int rc = -1;
-        const std::string out = run(kCli + " info -m " + path + " 2>&1", &rc);
+        const std::string out = run_command(kCli + " info -m " + path + " 2>&1", &rc);
         EXPECT_EQ(rc, 0) << type << ": " << out;
         EXPECT_NE(out.find("llama"), std::string::npos) << type << ": " << out;
     }
@@ -58,21 +52,23 @@ TEST_F(BenchCli, SynthIsDeterministicPerSeed) {
     const std::string a = synth("q4_k");
     const std::string b = (dir_ / "again.gguf").string();
     int rc = -1;
-    run(kCli + " gguf synth --shape tiny --type q4_k -o " + b + " --seed 3 2>/dev/null", &rc);
+    run_command(kCli + " gguf synth --shape tiny --type q4_k -o " + b + " --seed 3 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0);
-    run("cmp -s " + a + " " + b, &rc);
+    run_command("cmp -s " + a + " " + b, &rc);
     EXPECT_EQ(rc, 0) << "the same seed must give the same file";
-    run(kCli + " gguf synth --shape tiny --type q4_k -o " + b + " --seed 4 2>/dev/null", &rc);
+    run_command(kCli + " gguf synth --shape tiny --type q4_k -o " + b + " --seed 4 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0);
-    run("cmp -s " + a + " " + b, &rc);
+    run_command("cmp -s " + a + " " + b, &rc);
     EXPECT_NE(rc, 0) << "another seed must give other weights";
 }
 
 TEST_F(BenchCli, SynthRefusesUnknownShapeAndType) {
     int rc = -1;
-    run(kCli + " gguf synth --shape huge --type f16 -o " + (dir_ / "x.gguf").string() + " 2>/dev/null", &rc);
+    run_command(
+        kCli + " gguf synth --shape huge --type f16 -o " + (dir_ / "x.gguf").string() + " 2>/dev/null", &rc);
     EXPECT_NE(rc, 0);
-    run(kCli + " gguf synth --shape tiny --type q2_k -o " + (dir_ / "x.gguf").string() + " 2>/dev/null", &rc);
+    run_command(
+        kCli + " gguf synth --shape tiny --type q2_k -o " + (dir_ / "x.gguf").string() + " 2>/dev/null", &rc);
     EXPECT_NE(rc, 0);
     EXPECT_FALSE(fs::exists(dir_ / "x.gguf"));
 }
@@ -83,7 +79,7 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     const long per_token = 2L * 2 * 64 * 4 * 2;
     const std::string common = kCli + " bench -m " + model + " -p 32 -n 8 --depth 64 -t 1 -r 2 --json";
     int rc = -1;
-    const std::string full_out = run(common + " 2>/dev/null", &rc);
+    const std::string full_out = run_command(common + " 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0) << full_out;
     const auto full = nlohmann::json::parse(full_out);
     EXPECT_GT(full["prefill_tps"].get<double>(), 0.0);
@@ -96,7 +92,7 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     EXPECT_GT(full["peak_rss_bytes"].get<long>(), 0);
 
     const std::string h2o_out =
-        run(common + " --kv-policy h2o --kv-budget 0.2 --kv-prefill-chunk 16 2>/dev/null", &rc);
+        run_command(common + " --kv-policy h2o --kv-budget 0.2 --kv-prefill-chunk 16 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0) << h2o_out;
     const auto h2o = nlohmann::json::parse(h2o_out);
     EXPECT_GT(h2o["decode_tps"].get<double>(), 0.0);
@@ -110,15 +106,16 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
 TEST_F(BenchCli, TableOutputAndBadArguments) {
     const std::string model = synth("f16");
     int rc = -1;
-    const std::string out = run(kCli + " bench -m " + model + " -p 16 -n 4 -t 1 -r 1 2>/dev/null", &rc);
+    const std::string out =
+        run_command(kCli + " bench -m " + model + " -p 16 -n 4 -t 1 -r 1 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("pp16@d0"), std::string::npos) << out;
     EXPECT_NE(out.find("tg4@d0"), std::string::npos) << out;
-    run(kCli + " bench -m " + model + " -p 0 -n 0 2>/dev/null", &rc);
+    run_command(kCli + " bench -m " + model + " -p 0 -n 0 2>/dev/null", &rc);
     EXPECT_NE(rc, 0) << "nothing to run";
-    run(kCli + " bench -m " + model + " -p 8 -n 2 -r 0 2>/dev/null", &rc);
+    run_command(kCli + " bench -m " + model + " -p 8 -n 2 -r 0 2>/dev/null", &rc);
     EXPECT_NE(rc, 0) << "repeats must be positive";
-    run(kCli + " bench -m " + model + " -p 8 -n 2 --kv-policy nosuch 2>/dev/null", &rc);
+    run_command(kCli + " bench -m " + model + " -p 8 -n 2 --kv-policy nosuch 2>/dev/null", &rc);
     EXPECT_NE(rc, 0);
 }
 

@@ -7,26 +7,12 @@
 #include <sstream>
 #include <string>
 
+#include "test_support.h"
+
+using h2okv::testing::read_file;
+using h2okv::testing::run_command;
+
 namespace {
-
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-// Runs a shell command; returns its stdout and sets *rc to its exit status.
-std::string run(const std::string& cmd, int* rc) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = pclose(p);
-    return out;
-}
 
 const std::string kCli = H2OKV_CLI;
 const std::string kModel = std::string(H2OKV_SOURCE_DIR) + "/models/stories260K.gguf";
@@ -37,7 +23,7 @@ TEST(Golden, Stories260KGreedy196MatchesReferenceByteForByte) {
     ASSERT_FALSE(expected.empty());
     int rc = -1;
     const std::string out =
-        run(kCli + " generate -m " + kModel + " -p 'Once upon a time' -n 196 -t 1 2>/dev/null", &rc);
+        run_command(kCli + " generate -m " + kModel + " -p 'Once upon a time' -n 196 -t 1 2>/dev/null", &rc);
     EXPECT_EQ(rc, 0);
     EXPECT_EQ(out, expected);
 }
@@ -46,8 +32,8 @@ TEST(Golden, ThreadCountDoesNotChangeTheOutput) {
     int rc1 = -1, rc2 = -1;
     const std::string args =
         " generate -m " + kModel + " -p 'Once upon a time' -n 120 --kv-policy h2o --kv-budget 40";
-    const std::string one = run(kCli + args + " -t 1 2>/dev/null", &rc1);
-    const std::string two = run(kCli + args + " -t 2 2>/dev/null", &rc2);
+    const std::string one = run_command(kCli + args + " -t 1 2>/dev/null", &rc1);
+    const std::string two = run_command(kCli + args + " -t 2 2>/dev/null", &rc2);
     EXPECT_EQ(rc1, 0);
     EXPECT_EQ(rc2, 0);
     EXPECT_EQ(one, two);
@@ -55,7 +41,7 @@ TEST(Golden, ThreadCountDoesNotChangeTheOutput) {
 
 TEST(Golden, DefaultModelIsTheBundledOne) {
     int rc = -1;
-    const std::string out = run(kCli + " generate -p 'Once upon a time' -n 196 2>/dev/null", &rc);
+    const std::string out = run_command(kCli + " generate -p 'Once upon a time' -n 196 2>/dev/null", &rc);
     EXPECT_EQ(rc, 0);
     EXPECT_EQ(out, read_file(std::string(H2OKV_SOURCE_DIR) + "/tests/golden/stories260K_greedy_200.txt"));
 }

@@ -7,26 +7,20 @@
 #include <filesystem>
 #include <string>
 
+#include "test_support.h"
+
+using h2okv::testing::read_file;
+using h2okv::testing::run_command;
+
 namespace {
 
 const std::string kCli = H2OKV_CLI;
 const std::string kShared = H2OKV_SHARED_DIR;
 
-std::string run(const std::string& cmd, int* rc) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = pclose(p);
-    return out;
-}
-
 // The perplexity column of the table's only data row.
 double perplexity_of(const std::string& args) {
     int rc = -1;
-    const std::string out = run(kCli + " perplexity " + args + " 2>/dev/null", &rc);
+    const std::string out = run_command(kCli + " perplexity " + args + " 2>/dev/null", &rc);
     EXPECT_EQ(rc, 0) << out;
     const size_t nl = out.find('\n');
     if (nl == std::string::npos) return -1.0;
@@ -62,7 +56,7 @@ TEST(Perplexity, FullRefusesATextLongerThanTheContext) {
     if (!std::filesystem::exists(text)) GTEST_SKIP() << "../shared is absent: " << text;
     int rc = -1;
     const std::string err =
-        run(kCli + " perplexity -f " + text + " -c 100 --max-tokens 200 2>&1 >/dev/null", &rc);
+        run_command(kCli + " perplexity -f " + text + " -c 100 --max-tokens 200 2>&1 >/dev/null", &rc);
     EXPECT_NE(rc, 0);
     EXPECT_NE(err.find("200"), std::string::npos) << err;
     EXPECT_NE(err.find("100"), std::string::npos) << err;

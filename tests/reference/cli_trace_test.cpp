@@ -10,29 +10,16 @@
 #include <sstream>
 #include <string>
 
+#include "test_support.h"
+
+using h2okv::testing::read_file;
+using h2okv::testing::run_command;
+
 namespace {
 
 namespace fs = std::filesystem;
 const std::string kSource = H2OKV_SOURCE_DIR;
 const std::string kCli = H2OKV_CLI;
-
-std::string run(const std::string& cmd, int* rc) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (p == nullptr) return out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = pclose(p);
-    return out;
-}
-
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 struct trace_case {
     std::string cli_flags;    // h2okv generate flags
@@ -60,21 +47,21 @@ TEST(CliTrace, GenerateTraceEqualsTheNumpyReference) {
     for (const auto& c : cases) {
         SCOPED_TRACE(c.cli_flags);
         int rc = -1;
-        const std::string ours =
-            run(kCli + " generate -m " + model + " -p '" + prompt + "' -n " + std::to_string(n) + " " +
-                    c.cli_flags + " --kv-trace " + (dir / "ours.jsonl").string() + " 2>/dev/null",
-                &rc);
+        const std::string ours = run_command(kCli + " generate -m " + model + " -p '" + prompt + "' -n " +
+                                                 std::to_string(n) + " " + c.cli_flags + " --kv-trace " +
+                                                 (dir / "ours.jsonl").string() + " 2>/dev/null",
+                                             &rc);
         ASSERT_EQ(rc, 0);
         const std::string theirs =
-            run("/usr/bin/python3 " + kSource + "/tests/reference/llama_ref.py --model " + model +
-                    " --text '" + prompt + "' --generate " + std::to_string(n) + " " + c.numpy_flags +
-                    " --trace " + (dir / "theirs.jsonl").string(),
-                &rc);
+            run_command("/usr/bin/python3 " + kSource + "/tests/reference/llama_ref.py --model " + model +
+                            " --text '" + prompt + "' --generate " + std::to_string(n) + " " + c.numpy_flags +
+                            " --trace " + (dir / "theirs.jsonl").string(),
+                        &rc);
         ASSERT_EQ(rc, 0);
         EXPECT_EQ(ours, theirs);
-        const std::string trace = read_file(dir / "ours.jsonl");
+        const std::string trace = read_file((dir / "ours.jsonl").string());
         EXPECT_FALSE(trace.empty());
-        EXPECT_EQ(trace, read_file(dir / "theirs.jsonl"));
+        EXPECT_EQ(trace, read_file((dir / "theirs.jsonl").string()));
     }
     fs::remove_all(dir);
 }

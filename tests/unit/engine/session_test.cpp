@@ -13,27 +13,13 @@
 #include "h2okv/engine/generate.h"
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/model.h"
+#include "test_support.h"
 
 namespace h2okv {
 namespace {
 
-struct bundled {
-    std::unique_ptr<gguf::file> file;
-    std::unique_ptr<model::model> model;
-};
-
-bundled& stories() {
-    static bundled b = [] {
-        bundled r;
-        auto f = gguf::file::open(std::string(H2OKV_SOURCE_DIR) + "/models/stories260K.gguf");
-        EXPECT_TRUE(f.ok()) << f.error().to_string();
-        r.file = std::move(f).value();
-        auto m = model::model::load(*r.file);
-        EXPECT_TRUE(m.ok()) << m.error().to_string();
-        r.model = std::move(m).value();
-        return r;
-    }();
-    return b;
+const testing::loaded_model& stories() {
+    return testing::bundled_stories();
 }
 
 std::vector<int32_t> random_tokens(int n, uint32_t seed) {

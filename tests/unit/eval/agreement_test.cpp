@@ -15,34 +15,27 @@
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/model.h"
 #include "h2okv/tokenizer/tokenizer.h"
+#include "test_support.h"
 
 namespace h2okv {
 namespace {
 
 struct bundled {
-    std::unique_ptr<gguf::file> file;
-    std::unique_ptr<model::model> model;
+    const gguf::file* file;
+    model::model* model;
     std::vector<int32_t> prompt;  // BOS + a story opening
 };
 
 bundled& stories() {
     static bundled b = [] {
-        bundled r;
-        auto f = gguf::file::open(std::string(H2OKV_SOURCE_DIR) + "/models/stories260K.gguf");
-        EXPECT_TRUE(f.ok()) << f.error().to_string();
-        r.file = std::move(f).value();
-        auto m = model::model::load(*r.file);
-        EXPECT_TRUE(m.ok()) << m.error().to_string();
-        r.model = std::move(m).value();
-        auto tok = tokenizer::tokenizer::from_gguf(*r.file);
-        EXPECT_TRUE(tok.ok()) << tok.error().to_string();
-        auto ids = tok->encode(
+        const testing::loaded_model& m = testing::bundled_stories();
+        bundled r{m.file.get(), m.model.get(), {}};
+        auto ids = m.tok->encode(
             "Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
-            "with "
-            "her friends. One day, she saw a big red ball",
+            "with her friends. One day, she saw a big red ball",
             false, false);
         EXPECT_TRUE(ids.ok());
-        r.prompt.push_back(tok->bos());
+        r.prompt.push_back(m.tok->bos());
         r.prompt.insert(r.prompt.end(), ids->begin(), ids->end());
         return r;
     }();

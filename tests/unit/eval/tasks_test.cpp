@@ -17,6 +17,7 @@
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/model.h"
 #include "h2okv/tokenizer/tokenizer.h"
+#include "test_support.h"
 
 namespace h2okv {
 namespace {
@@ -350,27 +351,8 @@ TEST(TaskScoring, FewShotDrawIsSeededDistinctAndExcludesTheItem) {
     EXPECT_EQ(shot->choices[1].continuation, " b");
 }
 
-struct bundled {
-    std::unique_ptr<gguf::file> file;
-    std::unique_ptr<model::model> model;
-    std::unique_ptr<tokenizer::tokenizer> tok;
-};
-
-bundled& stories() {
-    static bundled b = [] {
-        bundled r;
-        auto f = gguf::file::open(std::string(H2OKV_SOURCE_DIR) + "/models/stories260K.gguf");
-        EXPECT_TRUE(f.ok()) << f.error().to_string();
-        r.file = std::move(f).value();
-        auto m = model::model::load(*r.file);
-        EXPECT_TRUE(m.ok()) << m.error().to_string();
-        r.model = std::move(m).value();
-        auto t = tokenizer::tokenizer::from_gguf(*r.file);
-        EXPECT_TRUE(t.ok()) << t.error().to_string();
-        r.tok = std::make_unique<tokenizer::tokenizer>(std::move(t).value());
-        return r;
-    }();
-    return b;
+const testing::loaded_model& stories() {
+    return testing::bundled_stories();
 }
 
 engine::session_params params(const std::string& spec, int chunk) {
