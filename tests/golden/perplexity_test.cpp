@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -49,6 +50,45 @@ TEST(Perplexity, EvalModelOnMobyDickMatchesTheReference) {
     }
     const double ppl = perplexity_of("-m " + model + " -f " + text + " --max-tokens 1024");
     EXPECT_NEAR(ppl, 308.383, 308.383 * 1e-4);
+}
+
+// The numpy reference's perplexity line: "perplexity P mean_nll M tokens N".
+double numpy_perplexity(const std::string& args) {
+    int rc = -1;
+    const std::string out =
+        run_command("/usr/bin/python3 " + std::string(H2OKV_SOURCE_DIR) +
+                        "/tests/reference/llama_ref.py --perplexity " + args + " 2>/dev/null",
+                    &rc);
+    EXPECT_EQ(rc, 0) << out;
+    double ppl = -1.0;
+    const size_t at = out.find("perplexity ");
+    if (at == std::string::npos || std::sscanf(out.c_str() + at, "perplexity %lf", &ppl) != 1) return -1.0;
+    return ppl;
+}
+
+TEST(Perplexity, EvictingRunsEqualTheNumpyReference) {
+    const std::string text = kShared + "/data/tinystories/tinystories_val_head.txt";
+    if (!std::filesystem::exists(text)) GTEST_SKIP() << "../shared is absent: " << text;
+    const std::string model = std::string(H2OKV_SOURCE_DIR) + "/models/stories260K.gguf";
+    struct run {
+        std::string ours, theirs;
+    };
+    const std::vector<run> runs = {
+        {"--kv-policy h2o --kv-budget 0.2", "--policy h2o --budget 0.2"},
+        {"--kv-policy h2o --kv-budget 40 --kv-decay 0.95 --kv-sinks 2",
+         "--policy h2o --budget 40 --decay 0.95 --sinks 2"},
+        {"--kv-policy tova --kv-budget 0.1 --kv-granularity layer",
+         "--policy tova --budget 0.1 --granularity layer"},
+        {"--kv-policy streaming --kv-budget 32", "--policy streaming --budget 32"},
+        {"--kv-policy h2o --kv-budget 48 --kv-prefill-chunk 16", "--policy h2o --budget 48 --chunk 16"},
+    };
+    for (const auto& r : runs) {
+        const double ours = perplexity_of("-m " + model + " -f " + text + " --max-tokens 256 " + r.ours);
+        const double theirs =
+            numpy_perplexity("--model " + model + " --text-file " + text + " --max-tokens 256 " + r.theirs);
+        ASSERT_GT(theirs, 0.0) << r.theirs;
+        EXPECT_NEAR(ours, theirs, theirs * 1e-4) << r.ours;
+    }
 }
 
 TEST(Perplexity, FullRefusesATextLongerThanTheContext) {
