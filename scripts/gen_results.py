@@ -5,38 +5,11 @@ Usage: /usr/bin/python3 scripts/gen_results.py [RESULTS_DIR] [DOCS_DIR]   (defau
 Every number in RESULTS.md comes from those files; nothing is typed in by hand.
 """
 import glob
-import json
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova"]
-
-
-def load(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def label(row):
-    """A short policy label: h2o with decay < 1 gets its own curve."""
-    name = row["policy_name"]
-    if name == "h2o" and "decay=" in row["policy"] and "decay=1," not in row["policy"] + ",":
-        return "h2o+decay"
-    return name
-
-
-def fraction(row):
-    spec = row.get("budget_spec", "")
-    if not spec:
-        return 1.0
-    if "." in spec:
-        return float(spec)
-    return row["budget"] / row["n_tokens"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_eval import POLICY_ORDER, label, load, plot_accuracy, plot_kept_map, plot_perplexity  # noqa: E402
 
 
 def ppl_section(name, rows, img_dir, lines):
@@ -82,21 +55,8 @@ def ppl_section(name, rows, img_dir, lines):
                 verdict += ("h2o with the paper's defaults does not beat the plain window here: half its budget "
                             "goes to heavy hitters, which on this model cost more local context than they return.")
         lines.append(verdict + "\n")
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for p in policies:
-        pts = sorted((float(b), by[p][b]["perplexity"]) for b in by[p])
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
-    ax.axhline(full_ppl, color="black", linestyle="--", linewidth=1, label="full cache")
-    ax.set_xlabel("KV budget (fraction of the sequence)")
-    ax.set_ylabel("perplexity")
-    ax.set_yscale("log")
-    ax.set_title(f"{model} — {text}, {n} tokens")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
     png = f"ppl_{name}.png"
-    fig.tight_layout()
-    fig.savefig(os.path.join(img_dir, png), dpi=110)
-    plt.close(fig)
+    plot_perplexity(rows, os.path.join(img_dir, png), f"{model} — {text}, {n} tokens")
     lines.append(f"![perplexity vs budget](img/{png})\n")
 
 
@@ -139,6 +99,9 @@ def tasks_section(name, rows, img_dir, lines):
             cells.append("" if r is None else f"{r['acc']:.3f} / {r['acc_norm']:.3f}")
         lines.append(f"| {t} ({any_row['n_items']}) | " + " | ".join(cells) + " |")
     lines.append("")
+    png = f"acc_{name}.png"
+    plot_accuracy(rows, os.path.join(img_dir, png), f"{model}: accuracy vs KV budget")
+    lines.append(f"![accuracy vs budget](img/{png})\n")
     lines.append("Each cell: acc / acc_norm (lm-eval style; standard errors in the JSONL are about "
                  f"{max(r['acc_stderr'] for r in rows):.2f} at most). The budget is a fraction of each (context, "
                  "choice) sequence, evicting after every token.\n")
@@ -182,23 +145,9 @@ def passkey_section(name, rows, lines):
 
 
 def trace_section(path, img_dir, lines):
-    rows = load(path)
-    head = 0
-    xs, ys = [], []
-    for r in rows:
-        for p in r["kept"][head]:
-            xs.append(r["pos"])
-            ys.append(p)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    ax.scatter(xs, ys, s=0.3, color="tab:blue")
-    ax.set_xlabel("step (position of the newest token)")
-    ax.set_ylabel("kept position")
-    ax.set_title("h2o, budget 64: kept positions of layer 0, KV head 0 (stories260K)")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
     png = "kept_map_stories260K_h2o64.png"
-    fig.savefig(os.path.join(img_dir, png), dpi=110)
-    plt.close(fig)
+    plot_kept_map(load(path), os.path.join(img_dir, png), 0,
+                  "h2o, budget 64: kept positions of layer 0, KV head 0 (stories260K)")
     lines.append("### Where the heavy hitters are\n")
     lines.append("Kept positions of one head (layer 0, KV head 0) at every step of a 300-token generation with "
                  "`--kv-policy h2o --kv-budget 64` (32 recent + 32 heavy): the diagonal band is the recent window, "
@@ -235,7 +184,7 @@ def main():
             ablation_section(os.path.basename(path)[9:-6], load(path), lines)
     tk = sorted(glob.glob(os.path.join(res, "tasks_*.jsonl")))
     if tk:
-        lines += ["## Task accuracy at 100 % and 20 % budgets", "",
+        lines += ["## Task accuracy vs budget", "",
                   "Both models are far too small for these tasks: accuracies are near chance (0.5 for copa, piqa, "
                   "winogrande; 0.25 for arc-easy and openbookqa), so these tables show that the harness runs and "
                   "what eviction changes, not model quality. The harness's correctness is shown by its tests "

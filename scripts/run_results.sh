@@ -20,15 +20,18 @@ ppl_sweep() {  # MODEL TEXT N NAME [BUDGETS...]
     $B perplexity -m "$m" -f "$f" --max-tokens "$n" --sweep ${1:+--sweep-budgets "$@"} --jsonl "$out/ppl_$name.jsonl"
 }
 
-# Multiple-choice accuracy at a 20 % budget and with the full cache (100 %).
-tasks() {  # MODEL NAME LIMIT TASK...
-    local m=$1 name=$2 limit=$3
-    shift 3
+# Multiple-choice accuracy with the full cache (100 %) and h2o / window at the budgets given.
+tasks() {  # MODEL NAME LIMIT "BUDGETS" TASK...
+    local m=$1 name=$2 limit=$3 budgets=$4
+    shift 4
     echo "== tasks: $name ($*)" >&2
     for t in "$@"; do
         $B tasks -m "$m" --task "$t" --limit "$limit" --jsonl "$out/tasks_$name.jsonl"
         for p in h2o window; do
-            $B tasks -m "$m" --task "$t" --limit "$limit" --kv-policy $p --kv-budget 0.2 --jsonl "$out/tasks_$name.jsonl"
+            for b in $budgets; do
+                $B tasks -m "$m" --task "$t" --limit "$limit" --kv-policy $p --kv-budget "$b" \
+                    --jsonl "$out/tasks_$name.jsonl"
+            done
         done
     done
 }
@@ -57,7 +60,7 @@ ppl_ablation() {  # MODEL TEXT N NAME
 prompts=scripts/data/agreement_prompts.txt
 ppl_sweep "$stories" "$tiny_text" 512 stories260K_tinystories
 ppl_ablation "$stories" "$tiny_text" 512 stories260K_tinystories
-tasks "$stories" stories260K 500 copa piqa winogrande arc-easy openbookqa
+tasks "$stories" stories260K 500 "0.1 0.2 0.5" copa piqa winogrande arc-easy openbookqa
 agreement "$stories" stories260K "$prompts" 128
 echo "== passkey: stories260K" >&2
 $B passkey -m "$stories" --length 256 --depth 0,0.5,1 --trials 5 --sweep-policies full h2o window streaming:sinks=4 \
@@ -68,7 +71,7 @@ if [ -f "$eval5m" ]; then
     ppl_sweep "$eval5m" "$shared/data/moby-dick/moby_dick.txt" 1024 eval5M_mobydick 0.05 0.1 0.2 0.4 0.6
     ppl_sweep "$eval5m" "$shared/data/wikitext-2/test.txt" 1024 eval5M_wikitext2 0.05 0.1 0.2 0.4 0.6
     ppl_ablation "$eval5m" "$shared/data/moby-dick/moby_dick.txt" 1024 eval5M_mobydick
-    tasks "$eval5m" eval5M 100 copa piqa
+    tasks "$eval5m" eval5M 100 0.2 copa piqa
     agreement "$eval5m" eval5M "$prompts" 64
 else
     echo "run_results: $eval5m is absent; skipping the 5M model" >&2
