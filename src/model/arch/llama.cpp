@@ -254,6 +254,13 @@ result<std::unique_ptr<model>> load_llama(const gguf::file& f) {
     hp.n_vocab = embd->dims[1];
     hp.tied_output = f.find_tensor("output.weight") == nullptr;
     H2OKV_RETURN_IF_ERROR(hp.validate());
+    // Every layer has 9 tensors: a block count the file cannot hold is refused before anything is sized by
+    // it.
+    constexpr size_t k_tensors_per_layer = 9;
+    if (static_cast<size_t>(hp.n_layer) > f.tensors().size() / k_tensors_per_layer) {
+        return invalid_file("{}: llama.block_count is {} but the file has {} tensors; each layer needs {}",
+                            f.path(), hp.n_layer, f.tensors().size(), k_tensors_per_layer);
+    }
 
     auto m = std::make_unique<llama_model>(f, std::move(hp));
     H2OKV_RETURN_IF_ERROR(m->load_weights());
