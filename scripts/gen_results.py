@@ -69,6 +69,10 @@ def ablation_section(name, rows, lines):
     for r in rows:
         lines.append(f"| `{r['policy']}` ({r['granularity']}) | {r['perplexity']:.4f} |")
     lines.append("")
+    best = min(rows, key=lambda r: r["perplexity"])
+    default = rows[0]
+    lines.append(f"Best: `{best['policy']}` ({best['granularity']}) at {best['perplexity']:.4f}, against "
+                 f"{default['perplexity']:.4f} for the paper's defaults (first row).\n")
 
 
 def short_policy(row):
