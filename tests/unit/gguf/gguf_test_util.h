@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -47,14 +48,19 @@ inline size_t payload_at(const bytes& b, std::string_view key) {
     return value_type_at(b, key) + 4;
 }
 
-// Tensor info `name`: where its fields start (n_dims, dims[i], type, offset).
+// Tensor info `name`: where its fields start (name length, n_dims, dims[i], type, offset). The name is looked
+// up with its u64 length in front, so the match is the info record, not a metadata string that ends alike.
 struct tensor_fields {
     size_t name_length, n_dims, dims, type, offset;
 };
 inline tensor_fields tensor_at(const bytes& b, std::string_view name) {
+    std::string needle(8, '\0');
+    const uint64_t len = name.size();
+    std::memcpy(needle.data(), &len, 8);
+    needle += name;
     tensor_fields f{};
-    f.n_dims = find_bytes(b, name) + name.size();
-    f.name_length = f.n_dims - name.size() - 8;
+    f.name_length = find_bytes(b, needle);
+    f.n_dims = f.name_length + needle.size();
     f.dims = f.n_dims + 4;
     f.type = f.dims + 8 * peek<uint32_t>(b, f.n_dims);
     f.offset = f.type + 4;

@@ -25,6 +25,7 @@
 
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/synth.h"
+#include "unit/gguf/gguf_test_util.h"
 
 extern char** environ;
 
@@ -32,7 +33,11 @@ namespace h2okv {
 namespace {
 
 namespace fs = std::filesystem;
-using bytes = std::vector<std::byte>;
+using gguf::testing::bytes;
+using gguf::testing::find_bytes;
+using gguf::testing::patch;
+using gguf::testing::peek;
+using gguf::testing::tensor_at;
 
 struct run_result {
     bool exited = false;  // false: killed by a signal (or could not run)
@@ -122,45 +127,6 @@ const bytes& valid_model() {
         return r.ok() ? *r : bytes{};
     }();
     return b;
-}
-
-size_t find_bytes(const bytes& b, std::string_view needle) {
-    for (size_t i = 0; i + needle.size() <= b.size(); ++i) {
-        if (std::memcmp(b.data() + i, needle.data(), needle.size()) == 0) return i;
-    }
-    ADD_FAILURE() << "'" << needle << "' not found in the model";
-    return 0;
-}
-
-template <typename T>
-void patch(bytes& b, size_t at, T v) {
-    ASSERT_LE(at + sizeof(T), b.size());
-    std::memcpy(b.data() + at, &v, sizeof(T));
-}
-
-template <typename T>
-T peek(const bytes& b, size_t at) {
-    T v{};
-    if (at + sizeof(T) <= b.size()) std::memcpy(&v, b.data() + at, sizeof(T));
-    return v;
-}
-
-// Where a tensor info's fields start: n_dims, dims[0], type, offset. Tensor names follow their u64 length;
-// the first match of "<len><name>" is the info record, not a metadata string.
-struct tensor_fields {
-    size_t n_dims, dims, type, offset;
-};
-tensor_fields tensor_at(const bytes& b, const std::string& name) {
-    std::string needle(8, '\0');
-    const uint64_t len = name.size();
-    std::memcpy(needle.data(), &len, 8);
-    needle += name;
-    tensor_fields f{};
-    f.n_dims = find_bytes(b, needle) + needle.size();
-    f.dims = f.n_dims + 4;
-    f.type = f.dims + 8 * peek<uint32_t>(b, f.n_dims);
-    f.offset = f.type + 4;
-    return f;
 }
 
 // The valid model rebuilt by the writer, minus `drop_keys` and `drop_tensors`, with `edit` applied last.
