@@ -75,6 +75,11 @@ def ablation_section(name, rows, lines):
                  f"{default['perplexity']:.4f} for the paper's defaults (first row).\n")
 
 
+def ordered(values):
+    """The distinct values in first-seen order."""
+    return list(dict.fromkeys(values))
+
+
 def short_policy(row):
     name = row["policy_name"]
     spec = row.get("budget_spec") or ""
@@ -84,14 +89,8 @@ def short_policy(row):
 def tasks_section(name, rows, img_dir, lines):
     model = os.path.basename(rows[0]["model"])
     lines.append(f"### {model}\n")
-    tasks = []
-    for r in rows:
-        if r["task"] not in tasks:
-            tasks.append(r["task"])
-    policies = []
-    for r in rows:
-        if short_policy(r) not in policies:
-            policies.append(short_policy(r))
+    tasks = ordered(r["task"] for r in rows)
+    policies = ordered(short_policy(r) for r in rows)
     cell = {(r["task"], short_policy(r)): r for r in rows}
     lines.append("| task (items) | " + " | ".join(policies) + " |")
     lines.append("|---|" + "---|" * len(policies))
@@ -128,10 +127,7 @@ def passkey_section(name, rows, lines):
     model = os.path.basename(rows[0]["model"])
     lines.append(f"### {model} ({rows[0]['length']} tokens, {rows[0]['trials']} keys per depth)\n")
     depths = sorted({r["depth"] for r in rows})
-    policies = []
-    for r in rows:
-        if short_policy(r) not in policies:
-            policies.append(short_policy(r))
+    policies = ordered(short_policy(r) for r in rows)
     cell = {(short_policy(r), r["depth"]): r for r in rows}
     lines.append("| policy | " + " | ".join(f"depth {d:g}" for d in depths) + " |")
     lines.append("|---|" + "---|" * len(depths))
@@ -178,37 +174,31 @@ def main():
         "## Perplexity vs KV budget",
         "",
     ]
-    for path in sorted(glob.glob(os.path.join(res, "ppl_*.jsonl"))):
-        name = os.path.basename(path)[4:-6]
-        ppl_section(name, load(path), img_dir, lines)
-    ab = sorted(glob.glob(os.path.join(res, "ablation_*.jsonl")))
-    if ab:
-        lines += ["## What decay, sinks, the recent/heavy split and granularity change", ""]
-        for path in ab:
-            ablation_section(os.path.basename(path)[9:-6], load(path), lines)
-    tk = sorted(glob.glob(os.path.join(res, "tasks_*.jsonl")))
-    if tk:
-        lines += ["## Task accuracy vs budget", "",
-                  "Both models are far too small for these tasks: accuracies are near chance (0.5 for copa, piqa, "
-                  "winogrande; 0.25 for arc-easy and openbookqa), so these tables show that the harness runs and "
-                  "what eviction changes, not model quality. The harness's correctness is shown by its tests "
-                  "(tests/unit/eval/tasks_test.cpp).", ""]
-        for path in tk:
-            tasks_section(os.path.basename(path)[6:-6], load(path), img_dir, lines)
-    ag = sorted(glob.glob(os.path.join(res, "agreement_*.jsonl")))
-    if ag:
-        lines += ["## Greedy agreement with the full cache at a 20 % budget", "",
-                  "Teacher-forced on the full cache's greedy tokens (scripts/data/agreement_prompts.txt): token "
-                  "match = share of steps where the policy's greedy token equals the full cache's; retained mass = "
-                  "share of the full cache's attention (per layer and query head) on the positions the policy "
-                  "keeps, averaged over steps, layers and heads.", ""]
-        for path in ag:
-            agreement_section(os.path.basename(path)[10:-6], load(path), lines)
-    pk = sorted(glob.glob(os.path.join(res, "passkey_*.jsonl")))
-    if pk:
-        lines += ["## Passkey retrieval", ""]
-        for path in pk:
-            passkey_section(os.path.basename(path)[8:-6], load(path), lines)
+    # (file prefix, section heading and introduction, renderer): one section per kind of result file.
+    sections = [
+        ("ppl", [], lambda name, rows: ppl_section(name, rows, img_dir, lines)),
+        ("ablation", ["## What decay, sinks, the recent/heavy split and granularity change", ""],
+         lambda name, rows: ablation_section(name, rows, lines)),
+        ("tasks", ["## Task accuracy vs budget", "",
+                   "Both models are far too small for these tasks: accuracies are near chance (0.5 for copa, piqa, "
+                   "winogrande; 0.25 for arc-easy and openbookqa), so these tables show that the harness runs and "
+                   "what eviction changes, not model quality. The harness's correctness is shown by its tests "
+                   "(tests/unit/eval/tasks_test.cpp).", ""],
+         lambda name, rows: tasks_section(name, rows, img_dir, lines)),
+        ("agreement", ["## Greedy agreement with the full cache at a 20 % budget", "",
+                       "Teacher-forced on the full cache's greedy tokens (scripts/data/agreement_prompts.txt): token "
+                       "match = share of steps where the policy's greedy token equals the full cache's; retained "
+                       "mass = share of the full cache's attention (per layer and query head) on the positions the "
+                       "policy keeps, averaged over steps, layers and heads.", ""],
+         lambda name, rows: agreement_section(name, rows, lines)),
+        ("passkey", ["## Passkey retrieval", ""], lambda name, rows: passkey_section(name, rows, lines)),
+    ]
+    for prefix, intro, render in sections:
+        paths = sorted(glob.glob(os.path.join(res, f"{prefix}_*.jsonl")))
+        if paths:
+            lines += intro
+        for path in paths:
+            render(os.path.basename(path)[len(prefix) + 1:-len(".jsonl")], load(path))
     traces = sorted(glob.glob(os.path.join(res, "*.trace.jsonl")))
     if traces:
         trace_section(traces[0], img_dir, lines)

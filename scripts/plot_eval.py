@@ -67,10 +67,7 @@ def plot_perplexity(rows, png, title):
 
 
 def plot_accuracy(rows, png, title):
-    tasks = []
-    for r in rows:
-        if r["task"] not in tasks:
-            tasks.append(r["task"])
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.2 * len(tasks), 3.4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         task_rows = [r for r in rows if r["task"] == task]
