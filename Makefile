@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps demo test test-debug release results cli-doc format clean
+.PHONY: all deps demo test test-debug release results speed cli-doc format clean
 
 all: release
 
@@ -28,9 +28,15 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 20 minutes on 2 cores).
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 15 minutes on 2 cores).
 results: release
 	bash scripts/run_results.sh results
+	bash scripts/run_speed.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the speed section (the other sections' files must be in results/ from `make results`).
+speed: release
+	bash scripts/run_speed.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.
