@@ -122,6 +122,15 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float 
     ref::rope(x, n_heads, head_dim, rope_dim, pos, freq_base, p);
 }
 
+void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) noexcept {
+    ref::rope_rotation(pos, rope_dim, freq_base, cos_sin);
+}
+
+void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+                rope_pairing p) noexcept {
+    ref::rope_apply(x, n_heads, head_dim, rope_dim, cos_sin, p);
+}
+
 void softmax(float* x, int n) noexcept {
     table().softmax(x, n);
 }

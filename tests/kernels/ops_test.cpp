@@ -103,6 +103,23 @@ TEST(Rope, MatchesComplexRotation) {
     }
 }
 
+TEST(Rope, RotationTableGivesRopeBitForBit) {
+    for (rope_pairing p : {rope_pairing::normal, rope_pairing::neox}) {
+        for (int64_t pos : {int64_t{0}, int64_t{3}, int64_t{8191}, int64_t{1} << 20}) {
+            const int n_heads = 3;
+            const int head_dim = 64;
+            const int rope_dim = 48;
+            std::vector<float> a = random_floats(n_heads * head_dim, static_cast<uint32_t>(pos + 11));
+            std::vector<float> b = a;
+            std::vector<float> cos_sin(rope_dim);
+            rope(a.data(), n_heads, head_dim, rope_dim, pos, 10000.0f, p);
+            rope_rotation(pos, rope_dim, 10000.0f, cos_sin.data());
+            rope_apply(b.data(), n_heads, head_dim, rope_dim, cos_sin.data(), p);
+            ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "pos " << pos;
+        }
+    }
+}
+
 // exp(x_i - m) / sum, exact in long double for the same float differences x_i - m the kernels form.
 std::vector<long double> softmax_exact(const std::vector<float>& x) {
     float m = x[0];

@@ -81,6 +81,14 @@ enum class rope_pairing { normal, neox };
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base,
           rope_pairing p) noexcept;
 
+// rope() in two steps, for callers that rotate many vectors at one position (every layer's q and k):
+// rope_rotation writes cos_sin[2i], cos_sin[2i + 1] = cos(theta_i), sin(theta_i) for i < rope_dim / 2
+// (cos_sin: [rope_dim] floats), and rope_apply rotates with them; together they give rope()'s result bit for
+// bit.
+void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) noexcept;
+void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+                rope_pairing p) noexcept;
+
 // In-place softmax of x[0..n): exp(x - max) / sum; the sum is accumulated in double.
 void softmax(float* x, int n) noexcept;
 

@@ -174,24 +174,50 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
     for (int i = 0; i < n; ++i) out[i] = x[i] * s * w[i];
 }
 
+namespace {
+
+// cos and sin of pair i's angle at `pos`, computed in double.
+void rope_angle(int64_t pos, int i, int rope_dim, float freq_base, float* c, float* s) {
+    const double theta =
+        static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
+    *c = static_cast<float>(std::cos(theta));
+    *s = static_cast<float>(std::sin(theta));
+}
+
+// Rotates dims (a, b) of every head by the angle with cosine c and sine s.
+void rotate_pair(float* x, int n_heads, int head_dim, int i, int rope_dim, float c, float s, rope_pairing p) {
+    const int a = p == rope_pairing::normal ? 2 * i : i;
+    const int b = p == rope_pairing::normal ? 2 * i + 1 : i + rope_dim / 2;
+    for (int h = 0; h < n_heads; ++h) {
+        float* v = x + static_cast<int64_t>(h) * head_dim;
+        const float x0 = v[a];
+        const float x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+    }
+}
+
+}  // namespace
+
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base, rope_pairing p) {
     assert(rope_dim % 2 == 0 && rope_dim <= head_dim);
-    const int half = rope_dim / 2;
-    for (int i = 0; i < half; ++i) {
-        const double theta =
-            static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
-        const auto c = static_cast<float>(std::cos(theta));
-        const auto s = static_cast<float>(std::sin(theta));
-        const int a = p == rope_pairing::normal ? 2 * i : i;
-        const int b = p == rope_pairing::normal ? 2 * i + 1 : i + half;
-        for (int h = 0; h < n_heads; ++h) {
-            float* v = x + static_cast<int64_t>(h) * head_dim;
-            const float x0 = v[a];
-            const float x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
-        }
+    for (int i = 0; i < rope_dim / 2; ++i) {
+        float c;
+        float s;
+        rope_angle(pos, i, rope_dim, freq_base, &c, &s);
+        rotate_pair(x, n_heads, head_dim, i, rope_dim, c, s, p);
     }
+}
+
+void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) {
+    for (int i = 0; i < rope_dim / 2; ++i)
+        rope_angle(pos, i, rope_dim, freq_base, &cos_sin[2 * i], &cos_sin[2 * i + 1]);
+}
+
+void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p) {
+    assert(rope_dim % 2 == 0 && rope_dim <= head_dim);
+    for (int i = 0; i < rope_dim / 2; ++i)
+        rotate_pair(x, n_heads, head_dim, i, rope_dim, cos_sin[2 * i], cos_sin[2 * i + 1], p);
 }
 
 void softmax(float* x, int n) {

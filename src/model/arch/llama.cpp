@@ -60,7 +60,7 @@ private:
 
     // Scratch for forward(), sized for the largest chunk seen so far.
     int scratch_tokens_ = 0;
-    std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_;
+    std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, rope_cs_;
 };
 
 result<const gguf::tensor_info*> llama_model::tensor(const std::string& name,
@@ -145,6 +145,7 @@ void llama_model::resize_scratch(int n) {
     v_.resize(rows * kv_dim);
     gate_.resize(rows * ff);
     up_.resize(rows * ff);
+    rope_cs_.resize(rows * static_cast<size_t>(hp.rope_dim));
     scratch_tokens_ = n;
 }
 
@@ -170,6 +171,11 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
                                 tok_embd_.data + tok_embd_.row_bytes * static_cast<size_t>(tokens[t]),
                                 hp.n_embd, &x_[t * embd]);
     }
+    // Every layer rotates q and k of a position by the same angles: computed once per call.
+    for (size_t t = 0; t < un; ++t) {
+        kernels::rope_rotation(first_pos + static_cast<int64_t>(t), hp.rope_dim, hp.rope_freq_base,
+                               &rope_cs_[t * static_cast<size_t>(hp.rope_dim)]);
+    }
     for (const layer& ly : layers_) {
         const int l = static_cast<int>(&ly - layers_.data());
         for (size_t t = 0; t < un; ++t) {
@@ -180,11 +186,9 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
         kernels::matmul(ly.wk, xn_.data(), n, k_.data());
         kernels::matmul(ly.wv, xn_.data(), n, v_.data());
         for (size_t t = 0; t < un; ++t) {
-            const int64_t pos = first_pos + static_cast<int64_t>(t);
-            kernels::rope(&q_[t * q_dim], hp.n_head, hp.head_dim, hp.rope_dim, pos, hp.rope_freq_base,
-                          hp.rope_pairing);
-            kernels::rope(&k_[t * kv_dim], hp.n_kv_head, hp.head_dim, hp.rope_dim, pos, hp.rope_freq_base,
-                          hp.rope_pairing);
+            const float* cs = &rope_cs_[t * static_cast<size_t>(hp.rope_dim)];
+            kernels::rope_apply(&q_[t * q_dim], hp.n_head, hp.head_dim, hp.rope_dim, cs, hp.rope_pairing);
+            kernels::rope_apply(&k_[t * kv_dim], hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, hp.rope_pairing);
         }
         H2OKV_RETURN_IF_ERROR(attn.attend(l, first_pos, n, q_.data(), k_.data(), v_.data(), att_.data()));
         kernels::matmul(ly.wo, att_.data(), n, proj_.data());
