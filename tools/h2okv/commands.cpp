@@ -7,6 +7,7 @@ void add_bench_command(CLI::App&, int*);
 void add_generate_command(CLI::App&, int*);
 void add_gguf_command(CLI::App&, int*);
 void add_info_command(CLI::App&, int*);
+void add_logits_command(CLI::App&, int*);
 void add_passkey_command(CLI::App&, int*);
 void add_perplexity_command(CLI::App&, int*);
 void add_tasks_command(CLI::App&, int*);
@@ -18,6 +19,7 @@ void add_commands(CLI::App& app, int* exit_code) {
     add_generate_command(app, exit_code);
     add_gguf_command(app, exit_code);
     add_info_command(app, exit_code);
+    add_logits_command(app, exit_code);
     add_passkey_command(app, exit_code);
     add_perplexity_command(app, exit_code);
     add_tasks_command(app, exit_code);
