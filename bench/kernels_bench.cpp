@@ -1,10 +1,13 @@
 // Kernel micro-benchmarks: matmul weight bandwidth (GB/s of weights streamed) per weight type, ISA, shape and
-// thread count, prefill-style matmul throughput, and attention over 1k / 4k slots with and without the fused
-// H2O score bookkeeping.
+// thread count, prefill-style matmul throughput (GFLOP/s), attention over 1k / 4k slots with and without
+// the fused H2O score bookkeeping, and the machine's measured peaks to compare them with: streaming-read
+// bandwidth of a buffer far larger than the caches, and fma throughput (AVX2 and AVX-512).
 //
-//   ./bench_kernels_bench --benchmark_filter='matmul/.*/2048x2048'
+//   ./bench_kernels_bench --benchmark_filter='peak|matmul/Q8_0/avx512/rows:16384'
+//   ./bench_kernels_bench --benchmark_filter='matmul/.*/n_tok:512'
 //   ./bench_kernels_bench --benchmark_filter=attend
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <cmath>
@@ -98,14 +101,17 @@ void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-    // 576x1536 / 1536x576: a small llama's FFN; 2048x2048: a 1B model's attention projection; 256x256: the
-    // bundled 5M model. n_tok 1 is decode, 64 a prefill chunk.
+    // 576x1536 / 1536x576: SmolLM-135M's FFN; 2048x2048: a 1B model's attention projection; 16384x2048:
+    // larger than the L3 cache, so decode streams it from memory (compare with peak/read_bandwidth);
+    // 256x256: the bundled 5M model. n_tok 1 is decode, 64 and 512 prefill chunks.
     for (int threads : {1, 2}) {
-        for (auto [rows, cols] :
-             {std::pair{576, 1536}, std::pair{1536, 576}, std::pair{2048, 2048}, std::pair{256, 256}}) {
+        for (auto [rows, cols] : {std::pair{576, 1536}, std::pair{1536, 576}, std::pair{2048, 2048},
+                                  std::pair{16384, 2048}, std::pair{256, 256}}) {
             b->Args({rows, cols, 1, threads});
         }
         b->Args({2048, 2048, 64, threads});
+        b->Args({1536, 576, 512, threads});
+        b->Args({576, 1536, 512, threads});
     }
     b->ArgNames({"rows", "cols", "n_tok", "threads"});
     b->Unit(benchmark::kMicrosecond);
@@ -155,12 +161,100 @@ void attend_args(benchmark::internal::Benchmark* b) {
     b->Unit(benchmark::kMicrosecond);
 }
 
+// Streaming read of 512 MiB (16x the L3 cache) split across `threads`: the memory bandwidth a matrix-vector
+// product can at best reach.
+void peak_read_bandwidth(benchmark::State& state) {
+    const int saved_threads = omp_get_max_threads();
+    const int threads = static_cast<int>(state.range(0));
+    const size_t n = size_t{512} << 20 >> 3;
+    std::vector<uint64_t> buf(n, 1);
+    for (auto _ : state) {
+        uint64_t total = 0;
+#pragma omp parallel for num_threads(threads) reduction(+ : total) schedule(static)
+        for (size_t i = 0; i < n; i += 8) {
+            total += buf[i] + buf[i + 1] + buf[i + 2] + buf[i + 3] + buf[i + 4] + buf[i + 5] + buf[i + 6] +
+                     buf[i + 7];
+        }
+        benchmark::DoNotOptimize(total);
+    }
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(uint64_t)));
+    omp_set_num_threads(saved_threads);
+}
+
+// 12 independent fma chains, enough to cover the fma latency: the f32 GFLOP/s ceiling of one vector width.
+constexpr int fma_chains = 12;
+
+__attribute__((target("avx2,fma"))) float fma_chains_256(int64_t iters) {
+    __m256 acc[fma_chains];
+    for (int c = 0; c < fma_chains; ++c) acc[c] = _mm256_set1_ps(static_cast<float>(c));
+    const __m256 a = _mm256_set1_ps(0.999999f);
+    const __m256 b = _mm256_set1_ps(1e-7f);
+    for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+        for (int c = 0; c < fma_chains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
+    }
+    float s = 0.0f;
+    for (int c = 0; c < fma_chains; ++c) s += _mm256_cvtss_f32(acc[c]);
+    return s;
+}
+
+__attribute__((target("avx512f"))) float fma_chains_512(int64_t iters) {
+    __m512 acc[fma_chains];
+    for (int c = 0; c < fma_chains; ++c) acc[c] = _mm512_set1_ps(static_cast<float>(c));
+    const __m512 a = _mm512_set1_ps(0.999999f);
+    const __m512 b = _mm512_set1_ps(1e-7f);
+    for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+        for (int c = 0; c < fma_chains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+    }
+    float s = 0.0f;
+    for (int c = 0; c < fma_chains; ++c) s += _mm512_cvtss_f32(acc[c]);
+    return s;
+}
+
+// Args: threads. Every thread runs the chains; GFLOP/s counts 2 flops per lane per fma.
+void peak_fma(benchmark::State& state, k::isa isa) {
+    if (!k::set_isa(isa)) {
+        state.SkipWithError("ISA not supported by this CPU");
+        return;
+    }
+    k::set_isa(k::best_isa());
+    const int threads = static_cast<int>(state.range(0));
+    const int lanes = isa == k::isa::avx512 ? 16 : 8;
+    constexpr int64_t iters = 1 << 22;
+    for (auto _ : state) {
+        float s = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+        s += isa == k::isa::avx512 ? fma_chains_512(iters) : fma_chains_256(iters);
+        benchmark::DoNotOptimize(s);
+    }
+    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * lanes * fma_chains * static_cast<double>(iters) *
+                                                       threads * static_cast<double>(state.iterations()),
+                                                   benchmark::Counter::kIsRate);
+}
+
 void register_all() {
+    benchmark::RegisterBenchmark("peak/read_bandwidth", peak_read_bandwidth)
+        ->Arg(1)
+        ->Arg(2)
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    for (auto [isa, name] : {std::pair{k::isa::avx2, "avx2"}, std::pair{k::isa::avx512, "avx512"}}) {
+        benchmark::RegisterBenchmark((std::string("peak/fma/") + name).c_str(),
+                                     [isa = isa](benchmark::State& s) { peak_fma(s, isa); })
+            ->Arg(1)
+            ->Arg(2)
+            ->ArgName("threads")
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+    }
     const std::pair<tensor_type, const char*> types[] = {
         {tensor_type::f32, "F32"},   {tensor_type::f16, "F16"},   {tensor_type::bf16, "BF16"},
         {tensor_type::q8_0, "Q8_0"}, {tensor_type::q4_0, "Q4_0"}, {tensor_type::q4_k, "Q4_K"},
         {tensor_type::q6_k, "Q6_K"}};
-    const std::pair<k::isa, const char*> isas[] = {{k::isa::reference, "reference"}, {k::isa::avx2, "avx2"}};
+    const std::pair<k::isa, const char*> isas[] = {
+        {k::isa::reference, "reference"}, {k::isa::avx2, "avx2"}, {k::isa::avx512, "avx512"}};
     for (const auto& [isa, isa_name] : isas) {
         for (const auto& [type, type_name] : types) {
             benchmark::RegisterBenchmark(

@@ -24,6 +24,10 @@ const kernel_table& reference_table();
 #define H2OKV_KERNELS_X86 1
 const kernel_table& avx2_table();
 bool cpu_has_avx2();  // AVX2 + FMA + F16C, everything the avx2 table uses
+const kernel_table& avx512_table();
+// AVX-512 F/BW/DQ/VL + AVX2 + FMA + F16C, with the OS saving the zmm state (XCR0): everything the avx512
+// table uses.
+bool cpu_has_avx512();
 #endif
 
 }  // namespace h2okv::kernels::detail

@@ -15,8 +15,8 @@ namespace {
 
 using gguf::tensor_type;
 
-// Rows per parallel work item. Small enough to balance 2..64 threads on 256-row matrices, large enough that
-// a block's weights (16 rows of up to a few KiB) amortise the scheduling.
+// Threads take contiguous runs of whole blocks of this many rows (the kernels' panel height), so each
+// thread streams its own part of the matrix once per token block.
 constexpr int64_t row_block = 16;
 // Below this many multiply-adds (about 10 us of one core) a parallel region's fork and join, several
 // microseconds on a busy machine, cost more than the split saves.
@@ -24,6 +24,7 @@ constexpr int64_t min_parallel_work = int64_t{1} << 18;
 
 const detail::kernel_table& best_table() {
 #ifdef H2OKV_KERNELS_X86
+    if (detail::cpu_has_avx512()) return detail::avx512_table();
     if (detail::cpu_has_avx2()) return detail::avx2_table();
 #endif
     return detail::reference_table();
@@ -103,9 +104,13 @@ void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept 
         return;
     }
     const int64_t n_blocks = (w.rows + row_block - 1) / row_block;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        rows_fn(w, x, n_tok, y, b * row_block, std::min(w.rows, (b + 1) * row_block));
+#pragma omp parallel
+    {
+        const int64_t n_threads = omp_get_num_threads();
+        const int64_t id = omp_get_thread_num();
+        const int64_t b0 = n_blocks * id / n_threads;
+        const int64_t b1 = n_blocks * (id + 1) / n_threads;
+        if (b0 < b1) rows_fn(w, x, n_tok, y, b0 * row_block, std::min(w.rows, b1 * row_block));
     }
 }
 
@@ -148,6 +153,7 @@ const char* isa_name(isa i) noexcept {
     switch (i) {
         case isa::reference: return "reference";
         case isa::avx2: return "avx2";
+        case isa::avx512: return "avx512";
     }
     return "unknown";
 }
@@ -165,6 +171,7 @@ bool set_isa(isa i) noexcept {
     if (i == isa::reference) t = &detail::reference_table();
 #ifdef H2OKV_KERNELS_X86
     if (i == isa::avx2 && detail::cpu_has_avx2()) t = &detail::avx2_table();
+    if (i == isa::avx512 && detail::cpu_has_avx512()) t = &detail::avx512_table();
 #endif
     if (t == nullptr) return false;
     active_table().store(t, std::memory_order_release);

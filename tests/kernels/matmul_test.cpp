@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <utility>
 #include <vector>
 
 #include "h2okv/kernels/kernels.h"
@@ -13,6 +15,7 @@
 #include "kernels/ref/ref.h"
 #ifdef H2OKV_KERNELS_X86
 #include "kernels/x86/avx2.h"
+#include "kernels/x86/avx512.h"
 #endif
 
 namespace h2okv::kernels {
@@ -29,26 +32,24 @@ using rows_fn = void (*)(const matrix_view&, const float*, int, float*, int64_t,
 struct variant {
     const char* name;
     rows_fn rows;
+    int lanes;  // floats per vector register
 };
 
 std::vector<variant> fast_variants() {
     std::vector<variant> v;
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows});
+    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows, 8});
+    if (detail::cpu_has_avx512()) v.push_back({"avx512", &avx512::matmul_rows, 16});
 #endif
     return v;
 }
 
-// Roundings each product w_i*x_i can pass through in the fastest variant, from its operation sequence:
-// dense types: 1 (fma) + up to cols/32 + 4 (later fmas into the same accumulator: 32-steps, 8-steps, the
-// tail) + 2 (joining the 4 accumulators) + 3 (horizontal sum) <= cols/32 + 10;
-// Q8_0 (d*q is exact in float): 2 (q*x in a partial sum, one more fma) + 1 (joining the partials) + 1
-// (d * partial fma) + up to cols/64 (later blocks into the same accumulator) + 1 (joining) + 3 <= cols/64
-// + 8.
-// Q4_0, Q4_K, Q6_K decode exactly into registers and then take the dense path's accumulation (without its
-// 8-step and tail), so the dense count bounds them too.
-double roundings(tensor_type t, int64_t cols) {
-    return t == tensor_type::q8_0 ? static_cast<double>(cols) / 64 + 8 : static_cast<double>(cols) / 32 + 10;
+// Roundings each product w_i*x_i can pass through in a variant with `lanes`-wide vectors. The weights are
+// decoded exactly (every type), and each output is one accumulator chain: the product is rounded in its
+// fma (1), then by every later fma into the same lane (at most ceil(cols/lanes) - 1, the zero-padded tail
+// slice included), then by the log2(lanes) additions of the horizontal sum.
+double roundings(int64_t cols, int lanes) {
+    return std::ceil(static_cast<double>(cols) / lanes) + std::log2(lanes);
 }
 
 struct oracle {
@@ -130,7 +131,7 @@ TEST(Matmul, VariantsMatchReferenceOverOddShapes) {
                         SCOPED_TRACE(::testing::Message()
                                      << v.name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type))
                                      << " rows " << rows << " cols " << cols << " n_tok " << n_tok);
-                        expect_within_bound(v.name, y, o, roundings(type, cols));
+                        expect_within_bound(v.name, y, o, roundings(cols, v.lanes));
                         ++compared;
                     }
                 }
@@ -164,12 +165,14 @@ TEST(Matmul, PartialRowRangesWriteOnlyTheirRows) {
 }
 
 // Each output's operation sequence must not depend on how many tokens share the call (prefill chunking) or
-// where the row block starts.
+// where the row block starts: one token at a time takes the register-decoding path, 29 tokens the decoded
+// panels with full and partial token tiles and row groups.
 TEST(Matmul, TokenGroupingDoesNotChangeBits) {
     for (tensor_type type : all_types) {
-        const int64_t cols = is_k_quant(type) ? 512 : 160;
+        // Dense rows end in a partial vector (165 = 10 * 16 + 5).
+        const int64_t cols = is_k_quant(type) ? 512 : (is_block32(type) ? 160 : 165);
         const encoded_matrix m = encode_matrix(type, 33, cols, 5);
-        const int n_tok = 29;  // spans a 24-token tile, groups of 3, and a tail of 2
+        const int n_tok = 29;
         const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), 6);
         std::vector<rows_fn> fns = {&ref::matmul_rows};
         for (const variant& v : fast_variants()) fns.push_back(v.rows);
@@ -219,17 +222,30 @@ TEST(Matmul, DispatchUsesTheSelectedVariant) {
     ref::matmul(m.view(), x.data(), 2, expected.data());
     matmul(m.view(), x.data(), 2, got.data());
     EXPECT_EQ(std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)), 0);
+    isa best = isa::reference;
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) {
-        ASSERT_TRUE(set_isa(isa::avx2));
-        avx2::matmul_rows(m.view(), x.data(), 2, expected.data(), 0, 64);
+    const std::pair<isa, rows_fn> simd[] = {{isa::avx2, &avx2::matmul_rows},
+                                            {isa::avx512, &avx512::matmul_rows}};
+    const bool supported[] = {detail::cpu_has_avx2(), detail::cpu_has_avx512()};
+    for (size_t i = 0; i < std::size(simd); ++i) {
+        const auto [id, fn] = simd[i];
+        SCOPED_TRACE(isa_name(id));
+        if (!supported[i]) {
+            EXPECT_FALSE(set_isa(id));
+            continue;
+        }
+        best = id;
+        ASSERT_TRUE(set_isa(id));
+        EXPECT_EQ(active_isa(), id);
+        fn(m.view(), x.data(), 2, expected.data(), 0, 64);
         matmul(m.view(), x.data(), 2, got.data());
         EXPECT_EQ(std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)), 0);
-        EXPECT_EQ(best_isa(), isa::avx2);
-    } else {
-        EXPECT_FALSE(set_isa(isa::avx2));
     }
 #endif
+    EXPECT_EQ(best_isa(), best);
+    EXPECT_STREQ(isa_name(isa::reference), "reference");
+    EXPECT_STREQ(isa_name(isa::avx2), "avx2");
+    EXPECT_STREQ(isa_name(isa::avx512), "avx512");
     ASSERT_TRUE(set_isa(saved));
 }
 
@@ -258,6 +274,7 @@ TEST(DequantizeRow, ExactForEveryTypeAndVariant) {
                                                        {"dispatched", &dequantize_row}};
 #ifdef H2OKV_KERNELS_X86
     if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
+    if (detail::cpu_has_avx512()) fns.push_back({"avx512", &avx512::dequantize_row});
 #endif
     for (tensor_type type : all_types) {
         for (int64_t cols : {1, 7, 8, 13, 32, 64, 100, 160, 256, 333, 768}) {

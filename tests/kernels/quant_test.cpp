@@ -14,6 +14,7 @@
 #include "kernels/ref/ref.h"
 #ifdef H2OKV_KERNELS_X86
 #include "kernels/x86/avx2.h"
+#include "kernels/x86/avx512.h"
 #endif
 
 namespace h2okv::kernels {
@@ -29,6 +30,7 @@ std::vector<std::pair<const char*, deq_fn>> dequantizers() {
                                                        {"dispatched", &dequantize_row}};
 #ifdef H2OKV_KERNELS_X86
     if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
+    if (detail::cpu_has_avx512()) fns.push_back({"avx512", &avx512::dequantize_row});
 #endif
     return fns;
 }

@@ -26,6 +26,7 @@
 
 #include "commands.h"
 #include "h2okv/engine/session.h"
+#include "h2okv/kernels/kernels.h"
 #include "kv_options.h"
 
 namespace h2okv::cli {
@@ -147,6 +148,7 @@ int run_bench(const bench_options& o) {
             {"run_length", run_length},
             {"n_ctx", n_ctx},
             {"threads", threads},
+            {"isa", kernels::isa_name(kernels::active_isa())},
             {"repeats", o.repeats},
             {"prefill_tps", pf.median},
             {"prefill_tps_min", pf.min},
@@ -164,8 +166,10 @@ int run_bench(const bench_options& o) {
     }
     fmt::print("model: {} ({:.1f} MiB of matrices)\n", o.model.model_path,
                static_cast<double>(lm->model->weight_bytes()) / (1 << 20));
-    fmt::print("kv policy: {}, threads: {}, repeats: {}, run length {} (depth {} + p {} + n {})\n",
-               sp->kv.to_string(), threads, o.repeats, run_length, o.depth, o.n_prompt, o.n_gen);
+    fmt::print(
+        "kv policy: {}, threads: {}, kernels: {}, repeats: {}, run length {} (depth {} + p {} + n {})\n",
+        sp->kv.to_string(), threads, kernels::isa_name(kernels::active_isa()), o.repeats, run_length, o.depth,
+        o.n_prompt, o.n_gen);
     fmt::print("{:<10} {:>12} {:>12} {:>12}\n", "test", "t/s median", "min", "max");
     if (o.n_prompt > 0) {
         fmt::print("{:<10} {:>12.2f} {:>12.2f} {:>12.2f}\n", fmt::format("pp{}@d{}", o.n_prompt, o.depth),

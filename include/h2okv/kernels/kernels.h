@@ -106,12 +106,14 @@ void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
             float scale, float* out, float* scratch, double* score_row) noexcept;
 
-// The instruction sets kernels are compiled for. `best_isa()` is what the CPU supports, chosen at start-up;
-// `set_isa` switches every dispatched kernel (for tests and benchmarks comparing variants; a call already
-// running finishes with the variant it started with) and returns false, changing nothing, when the CPU lacks
-// the ISA or this build does not have it.
-enum class isa { reference, avx2 };
-const char* isa_name(isa i) noexcept;  // "reference", "avx2"
+// The instruction sets kernels are compiled for. `best_isa()` is what the CPU supports, chosen at start-up
+// (avx512 over avx2 over reference); `set_isa` switches every dispatched kernel (for tests and benchmarks
+// comparing variants; a call already running finishes with the variant it started with) and returns false,
+// changing nothing, when the CPU (or the OS, for the AVX-512 register state) lacks the ISA or this build does
+// not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul and dequantize_row and shares the
+// avx2 softmax and attend.
+enum class isa { reference, avx2, avx512 };
+const char* isa_name(isa i) noexcept;  // "reference", "avx2", "avx512"
 isa best_isa() noexcept;
 isa active_isa() noexcept;
 bool set_isa(isa i) noexcept;

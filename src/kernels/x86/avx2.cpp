@@ -17,6 +17,8 @@
 #include <limits>
 
 #define H2OKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define H2OKV_TILE_TARGET H2OKV_AVX2
+#include "kernels/x86/matmul_tiles.h"
 
 namespace h2okv::kernels::avx2 {
 namespace {
@@ -102,88 +104,6 @@ struct bf16_loader {
         return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(buf)));
     }
 };
-
-// dot(row, xs[t]) for T tokens at once, each row vector converted once and used T times. Each token's sum
-// sees the same operations in the same order whatever T is (4 interleaved accumulators over steps of 32, a
-// step of 8 into accumulator 0, the masked tail into accumulator 1, a fixed reduction tree), which keeps
-// matmul's results independent of how tokens are grouped.
-template <typename L, int T>
-H2OKV_AVX2 void dot_dense(const std::byte* row, const float* const* xs, int64_t n, float* res) {
-    __m256 acc[T][4];
-#pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) acc[t][u] = _mm256_setzero_ps();
-    }
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) {
-            const __m256 wv = L::load8(row, i + 8 * u);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; ++t) {
-                acc[t][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[t] + i + 8 * u), acc[t][u]);
-            }
-        }
-    }
-    for (; i + 8 <= n; i += 8) {
-        const __m256 wv = L::load8(row, i);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[t] + i), acc[t][0]);
-    }
-    if (i < n) {
-        const __m256 wv = L::load_tail(row, i, n - i);
-        const __m256i mask = tail_mask(n - i);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t)
-            acc[t][1] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(xs[t] + i, mask), acc[t][1]);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-        res[t] =
-            hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
-    }
-}
-
-// The Q8_0 analogue: per block, the int8 weights are widened once; each token forms sum(q * x) in two
-// partial sums, then adds d * that into one of two accumulators (even / odd blocks).
-template <int T>
-H2OKV_AVX2 void dot_q8_0(const std::byte* row, const float* const* xs, int64_t n, float* res) {
-    __m256 acc[T][2];
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    const int64_t n_blocks = n / q8_0_block;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        const std::byte* block = row + static_cast<size_t>(b) * q8_0_block_bytes;
-        uint16_t dh;
-        std::memcpy(&dh, block, 2);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
-        const auto* qs = reinterpret_cast<const __m128i*>(block + 2);
-        __m256 q[4];
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) {
-            q[u] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                reinterpret_cast<const __m128i*>(reinterpret_cast<const int8_t*>(qs) + 8 * u))));
-        }
-        const int parity = static_cast<int>(b & 1);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const float* x = xs[t] + b * q8_0_block;
-            __m256 p0 = _mm256_mul_ps(q[0], _mm256_loadu_ps(x));
-            __m256 p1 = _mm256_mul_ps(q[1], _mm256_loadu_ps(x + 8));
-            p0 = _mm256_fmadd_ps(q[2], _mm256_loadu_ps(x + 16), p0);
-            p1 = _mm256_fmadd_ps(q[3], _mm256_loadu_ps(x + 24), p1);
-            const __m256 p = _mm256_add_ps(p0, p1);
-            if (parity == 0) {
-                acc[t][0] = _mm256_fmadd_ps(d, p, acc[t][0]);
-            } else {
-                acc[t][1] = _mm256_fmadd_ps(d, p, acc[t][1]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) res[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
-}
 
 // Decoders of the block types, one group of 32 consecutive elements at a time into four registers. Each
 // performs the reference's float operations in the same order (the build disables fma contraction), so they
@@ -287,67 +207,62 @@ H2OKV_AVX2 void dequantize_blocks(const std::byte* src, int64_t n, float* dst) {
     }
 }
 
-// Dot products of a Q4_0 / Q4_K / Q6_K row with T token rows: each group of 32 weights is decoded once into
-// registers (exactly the reference's values) and multiplied with every token in f32, into 4 accumulators
-// per token. A token's operation sequence does not depend on T.
-template <typename C, int T>
-H2OKV_AVX2 void dot_blocks(const std::byte* row, const float* const* xs, int64_t n, float* res) {
-    constexpr int64_t groups_per_block = C::elems / 32;
-    __m256 acc[T][4];
+// Q8_0 for the matmul tiles: d * q (exact in float: 11 x 8 significant bits), as dequantize_q8_0.
+struct q8_0_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX2 static void decode(const std::byte* row, int64_t i, __m256* w) {
+        const std::byte* block = row + static_cast<size_t>(i / q8_0_block) * q8_0_block_bytes;
+        uint16_t dh;
+        std::memcpy(&dh, block, 2);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+        const auto* qs = reinterpret_cast<const int8_t*>(block + 2);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) acc[t][u] = _mm256_setzero_ps();
-    }
-    for (int64_t g = 0; g < n / 32; ++g) {
-        __m256 w[4];
-        C::group(row + static_cast<size_t>(g / groups_per_block) * C::bytes, g % groups_per_block, w);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            const float* x = xs[t] + 32 * g;
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; ++u)
-                acc[t][u] = _mm256_fmadd_ps(w[u], _mm256_loadu_ps(x + 8 * u), acc[t][u]);
+        for (int u = 0; u < 4; ++u) {
+            w[u] = _mm256_mul_ps(d, i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * u))));
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-        res[t] =
-            hsum(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
-    }
-}
+};
 
-// Tokens per cache tile: a tile of x (tile * cols floats) stays in L2 while a block of rows streams past it.
-constexpr int token_tile = 24;
-
-template <void (*Dot1)(const std::byte*, const float* const*, int64_t, float*),
-          void (*Dot2)(const std::byte*, const float* const*, int64_t, float*),
-          void (*Dot3)(const std::byte*, const float* const*, int64_t, float*)>
-H2OKV_AVX2 void rows_with(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1) {
-    for (int t0 = 0; t0 < n_tok; t0 += token_tile) {
-        const int t_end = std::min(n_tok, t0 + token_tile);
-        for (int64_t r = r0; r < r1; ++r) {
-            const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
-            int t = t0;
-            for (; t + 3 <= t_end; t += 3) {
-                const float* xs[3] = {x + t * w.cols, x + (t + 1) * w.cols, x + (t + 2) * w.cols};
-                float res[3];
-                Dot3(row, xs, w.cols, res);
-                for (int j = 0; j < 3; ++j) y[(t + j) * w.rows + r] = res[j];
-            }
-            if (t_end - t == 2) {
-                const float* xs[2] = {x + t * w.cols, x + (t + 1) * w.cols};
-                float res[2];
-                Dot2(row, xs, w.cols, res);
-                y[t * w.rows + r] = res[0];
-                y[(t + 1) * w.rows + r] = res[1];
-            } else if (t_end - t == 1) {
-                const float* xs[1] = {x + t * w.cols};
-                Dot1(row, xs, w.cols, &y[t * w.rows + r]);
-            }
-        }
+// A dense loader as a matmul-tile codec: 8 elements per decode, the row's last partial vector through
+// load_tail.
+template <typename L>
+struct dense_codec {
+    static constexpr int64_t step = 8;
+    static constexpr bool dense = true;
+    H2OKV_AVX2 static void decode(const std::byte* row, int64_t i, __m256* w) { w[0] = L::load8(row, i); }
+    H2OKV_AVX2 static void decode_tail(const std::byte* row, int64_t i, int64_t n, __m256* w) {
+        w[0] = L::load_tail(row, i, n);
     }
-}
+};
+
+// A block type's group decoder as a matmul-tile codec: elements [i, i + 32) are group i % elems / 32 of
+// block i / elems.
+template <typename G>
+struct group_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX2 static void decode(const std::byte* row, int64_t i, __m256* w) {
+        G::group(row + static_cast<size_t>(i / G::elems) * G::bytes, i % G::elems / 32, w);
+    }
+};
+
+struct v256 {
+    using reg = __m256;
+    static constexpr int64_t lanes = 8;
+    // 12 accumulators + 3 activation vectors + 1 weight vector: all 16 ymm registers.
+    static constexpr int panel_rows = 4;
+    static constexpr int panel_tokens = 3;
+    static constexpr int direct_rows = 4;
+
+    H2OKV_AVX2 static reg zero() { return _mm256_setzero_ps(); }
+    H2OKV_AVX2 static reg load(const float* p) { return _mm256_loadu_ps(p); }
+    H2OKV_AVX2 static reg load_tail(const float* p, int64_t n) { return _mm256_maskload_ps(p, tail_mask(n)); }
+    H2OKV_AVX2 static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+    H2OKV_AVX2 static void store_tail(float* p, int64_t n, reg v) { _mm256_maskstore_ps(p, tail_mask(n), v); }
+    H2OKV_AVX2 static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+    H2OKV_AVX2 static float hsum(reg v) { return avx2::hsum(v); }
+};
 
 H2OKV_AVX2 void dequantize_q8_0(const std::byte* src, int64_t n, float* dst) {
     for (int64_t b = 0; b < n / q8_0_block; ++b) {
@@ -492,37 +407,26 @@ H2OKV_AVX2 void weighted_sum(float* out, const float* w, const float* v, int hd,
 
 H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                             int64_t r1) {
+    using x86::matmul_tiled;
     switch (w.type) {
-        case tensor_type::f32:
-            rows_with<dot_dense<f32_loader, 1>, dot_dense<f32_loader, 2>, dot_dense<f32_loader, 3>>(
-                w, x, n_tok, y, r0, r1);
-            return;
-        case tensor_type::f16:
-            rows_with<dot_dense<f16_loader, 1>, dot_dense<f16_loader, 2>, dot_dense<f16_loader, 3>>(
-                w, x, n_tok, y, r0, r1);
-            return;
-        case tensor_type::bf16:
-            rows_with<dot_dense<bf16_loader, 1>, dot_dense<bf16_loader, 2>, dot_dense<bf16_loader, 3>>(
-                w, x, n_tok, y, r0, r1);
-            return;
+        case tensor_type::f32: x86::matmul_tiled_f32<v256>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::f16: matmul_tiled<v256, dense_codec<f16_loader>>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::bf16: matmul_tiled<v256, dense_codec<bf16_loader>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::q8_0:
             assert(w.cols % q8_0_block == 0);
-            rows_with<dot_q8_0<1>, dot_q8_0<2>, dot_q8_0<3>>(w, x, n_tok, y, r0, r1);
+            matmul_tiled<v256, q8_0_codec>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_0:
             assert(w.cols % detail::q4_0_elems == 0);
-            rows_with<dot_blocks<q4_0_codec, 1>, dot_blocks<q4_0_codec, 2>, dot_blocks<q4_0_codec, 3>>(
-                w, x, n_tok, y, r0, r1);
+            matmul_tiled<v256, group_codec<q4_0_codec>>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_k:
             assert(w.cols % detail::q4_k_elems == 0);
-            rows_with<dot_blocks<q4_k_codec, 1>, dot_blocks<q4_k_codec, 2>, dot_blocks<q4_k_codec, 3>>(
-                w, x, n_tok, y, r0, r1);
+            matmul_tiled<v256, group_codec<q4_k_codec>>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q6_k:
             assert(w.cols % detail::q6_k_elems == 0);
-            rows_with<dot_blocks<q6_k_codec, 1>, dot_blocks<q6_k_codec, 2>, dot_blocks<q6_k_codec, 3>>(
-                w, x, n_tok, y, r0, r1);
+            matmul_tiled<v256, group_codec<q6_k_codec>>(w, x, n_tok, y, r0, r1);
             return;
         default: assert(false && "matmul: unsupported tensor type"); return;
     }

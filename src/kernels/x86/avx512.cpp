@@ -1,0 +1,256 @@
+// AVX-512 (F/BW/DQ/VL) + FMA + F16C matmul: 16-lane codecs for every weight type and the register tiles of
+// matmul_tiles.h with 4 rows x 6 tokens of zmm accumulators. Only the functions marked H2OKV_AVX512 use
+// those instructions; the table is used only after cpu_has_avx512().
+#include "kernels/x86/avx512.h"
+
+#include "kernels/blocks.h"
+#include "kernels/dispatch.h"
+
+#ifdef H2OKV_KERNELS_X86
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <cassert>
+#include <cstring>
+
+#include "kernels/x86/avx2.h"
+
+// GCC 12's AVX-512 intrinsics pass `_mm512_undefined_*()` (a self-initialised variable) as the ignored
+// source of their unmasked forms, which -Wuninitialized and -Wmaybe-uninitialized report at every use.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define H2OKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define H2OKV_TILE_TARGET H2OKV_AVX512
+#include "kernels/x86/matmul_tiles.h"
+
+namespace h2okv::kernels::avx512 {
+namespace {
+
+using gguf::tensor_type;
+
+struct v512 {
+    using reg = __m512;
+    static constexpr int64_t lanes = 16;
+    // 24 accumulators + 6 activation vectors + 1 weight vector of the 32 zmm registers.
+    static constexpr int panel_rows = 4;
+    static constexpr int panel_tokens = 6;
+    // 8 independent chains hide the fma latency when a single token streams the weights.
+    static constexpr int direct_rows = 8;
+
+    H2OKV_AVX512 static __mmask16 mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+    H2OKV_AVX512 static reg zero() { return _mm512_setzero_ps(); }
+    H2OKV_AVX512 static reg load(const float* p) { return _mm512_loadu_ps(p); }
+    H2OKV_AVX512 static reg load_tail(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+    H2OKV_AVX512 static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+    H2OKV_AVX512 static void store_tail(float* p, int64_t n, reg v) { _mm512_mask_storeu_ps(p, mask(n), v); }
+    H2OKV_AVX512 static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+    // 16 -> 8 -> 4 -> 2 -> 1 by adding halves.
+    H2OKV_AVX512 static float hsum(reg v) {
+        const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+    }
+};
+
+using reg = __m512;
+
+struct f16_codec {
+    static constexpr int64_t step = 16;
+    static constexpr bool dense = true;
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        w[0] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+    }
+    H2OKV_AVX512 static void decode_tail(const std::byte* row, int64_t i, int64_t n, reg* w) {
+        w[0] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(v512::mask(n), row + 2 * i));
+    }
+};
+
+struct bf16_codec {
+    static constexpr int64_t step = 16;
+    static constexpr bool dense = true;
+    H2OKV_AVX512 static reg widen(__m256i h) {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        w[0] = widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
+    }
+    H2OKV_AVX512 static void decode_tail(const std::byte* row, int64_t i, int64_t n, reg* w) {
+        w[0] = widen(_mm256_maskz_loadu_epi16(v512::mask(n), row + 2 * i));
+    }
+};
+
+H2OKV_AVX512 inline float half_at(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// 16 bytes as floats, signed or unsigned.
+H2OKV_AVX512 inline reg i8x16_to_ps(__m128i v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
+}
+H2OKV_AVX512 inline reg u8x16_to_ps(__m128i v) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
+
+// Q8_0: d * q (exact in float: 11 x 8 significant bits).
+struct q8_0_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q8_0_elems) * detail::q8_0_bytes;
+        const reg d = _mm512_set1_ps(half_at(block));
+        const auto* qs = reinterpret_cast<const __m128i*>(block + 2);
+        w[0] = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128(qs)));
+        w[1] = _mm512_mul_ps(d, i8x16_to_ps(_mm_loadu_si128(qs + 1)));
+    }
+};
+
+// Q4_0: d * (nibble - 8); elements 0..15 are the low nibbles, 16..31 the high ones.
+struct q4_0_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q4_0_elems) * detail::q4_0_bytes;
+        const reg d = _mm512_set1_ps(half_at(block));
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m512i eight = _mm512_set1_epi32(8);
+        const __m512i lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(qs, low4)), eight);
+        const __m512i hi =
+            _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(qs, 4), low4)), eight);
+        w[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(lo));
+        w[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(hi));
+    }
+};
+
+// Q4_K sub-block g: (d*sc) * q - dmin*m. d*sc (11 x 6 bits) and (d*sc) * q (17 x 4 bits) are exact in
+// float, so one fused multiply-subtract rounds exactly where the reference's subtraction does.
+struct q4_k_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q4_k_elems) * detail::q4_k_bytes;
+        const int g = static_cast<int>(i % detail::q4_k_elems) / 32;
+        uint8_t sc;
+        uint8_t m;
+        detail::scale_min_k4(g, reinterpret_cast<const uint8_t*>(block + detail::q4_k_scales_offset), &sc,
+                             &m);
+        const reg d1 = _mm512_set1_ps(half_at(block) * static_cast<float>(sc));
+        const reg m1 = _mm512_set1_ps(half_at(block + 2) * static_cast<float>(m));
+        const __m256i q = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(block + detail::q4_k_qs_offset + 32 * (g / 2)));
+        const __m256i nib = _mm256_and_si256(_mm256_srli_epi16(q, 4 * (g % 2)), _mm256_set1_epi8(0x0F));
+        w[0] = _mm512_fmsub_ps(d1, u8x16_to_ps(_mm256_castsi256_si128(nib)), m1);
+        w[1] = _mm512_fmsub_ps(d1, u8x16_to_ps(_mm256_extracti128_si256(nib, 1)), m1);
+    }
+};
+
+// Q6_K group g (elements 32g ..+32, two sub-blocks of 16): (d * scale) * (bits - 32); the bit layout is
+// described in blocks.h.
+struct q6_k_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q6_k_elems) * detail::q6_k_bytes;
+        const int g = static_cast<int>(i % detail::q6_k_elems) / 32;
+        const int h = g / 4;
+        const int k = g % 4;
+        const float d = half_at(block + detail::q6_k_d_offset);
+        const auto* scales = reinterpret_cast<const int8_t*>(block + detail::q6_k_scales_offset);
+        const __m256i ql =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * h + 32 * (k % 2)));
+        const __m256i qh =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q6_k_qh_offset + 32 * h));
+        // Byte shifts done as 16-bit shifts, masked before bits can cross into the neighbouring byte.
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), _mm256_set1_epi8(0x0F));
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(0x03));
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+        w[0] = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(scales[2 * g])),
+                             i8x16_to_ps(_mm256_castsi256_si128(q)));
+        w[1] = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(scales[2 * g + 1])),
+                             i8x16_to_ps(_mm256_extracti128_si256(q, 1)));
+    }
+};
+
+}  // namespace
+
+H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
+                              int64_t r1) {
+    using x86::matmul_tiled;
+    switch (w.type) {
+        case tensor_type::f32: x86::matmul_tiled_f32<v512>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::f16: matmul_tiled<v512, f16_codec>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::bf16: matmul_tiled<v512, bf16_codec>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::q8_0:
+            assert(w.cols % detail::q8_0_elems == 0);
+            matmul_tiled<v512, q8_0_codec>(w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::q4_0:
+            assert(w.cols % detail::q4_0_elems == 0);
+            matmul_tiled<v512, q4_0_codec>(w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::q4_k:
+            assert(w.cols % detail::q4_k_elems == 0);
+            matmul_tiled<v512, q4_k_codec>(w, x, n_tok, y, r0, r1);
+            return;
+        case tensor_type::q6_k:
+            assert(w.cols % detail::q6_k_elems == 0);
+            matmul_tiled<v512, q6_k_codec>(w, x, n_tok, y, r0, r1);
+            return;
+        default: assert(false && "matmul: unsupported tensor type"); return;
+    }
+}
+
+H2OKV_AVX512 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) {
+    switch (t) {
+        case tensor_type::f32: x86::decode_row<v512, x86::f32_rows<v512>>(src, n, dst); return;
+        case tensor_type::f16: x86::decode_row<v512, f16_codec>(src, n, dst); return;
+        case tensor_type::bf16: x86::decode_row<v512, bf16_codec>(src, n, dst); return;
+        case tensor_type::q8_0: x86::decode_row<v512, q8_0_codec>(src, n, dst); return;
+        case tensor_type::q4_0: x86::decode_row<v512, q4_0_codec>(src, n, dst); return;
+        case tensor_type::q4_k: x86::decode_row<v512, q4_k_codec>(src, n, dst); return;
+        case tensor_type::q6_k: x86::decode_row<v512, q6_k_codec>(src, n, dst); return;
+        default: assert(false && "dequantize_row: unsupported tensor type"); return;
+    }
+}
+
+}  // namespace h2okv::kernels::avx512
+
+namespace h2okv::kernels::detail {
+
+bool cpu_has_avx512() {
+    static const bool has = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+        const unsigned leaf1_needed = bit_OSXSAVE | bit_FMA | bit_F16C;
+        if ((ecx & leaf1_needed) != leaf1_needed) return false;
+        // The OS must save the zmm state: XCR0 bits 1, 2 (xmm, ymm) and 5, 6, 7 (opmask, zmm0-15 upper
+        // halves, zmm16-31).
+        unsigned xcr0_lo = 0, xcr0_hi = 0;
+        __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+        if ((xcr0_lo & 0xE6u) != 0xE6u) return false;
+        if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+        const unsigned leaf7_needed = bit_AVX2 | bit_AVX512F | bit_AVX512BW | bit_AVX512DQ | bit_AVX512VL;
+        return (ebx & leaf7_needed) == leaf7_needed;
+    }();
+    return has;
+}
+
+const kernel_table& avx512_table() {
+    // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.
+    static const kernel_table t{isa::avx512, &avx512::matmul_rows, &avx512::dequantize_row, &avx2::softmax,
+                                &avx2::attend};
+    return t;
+}
+
+}  // namespace h2okv::kernels::detail
+
+#endif  // H2OKV_KERNELS_X86
