@@ -143,7 +143,10 @@ result<std::vector<std::byte>> synthesize_llama(const synth_shape& s, gguf::tens
     auto fan = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
     const int64_t q_dim = s.n_head * head_dim;
     const int64_t kv_dim = s.n_kv_head * head_dim;
-    H2OKV_RETURN_IF_ERROR(add("token_embd.weight", type, s.n_embd, s.n_vocab, 1.0f, 0.0f));
+    // The embedding is also the (tied) output matrix: entries of standard deviation 0.2 / sqrt(3) give logits
+    // of standard deviation about 0.115 * sqrt(n_embd) (2.8 for SmolLM's 576), the spread of a trained
+    // model's; wider logits would magnify every rounding difference between engines in their softmax.
+    H2OKV_RETURN_IF_ERROR(add("token_embd.weight", type, s.n_embd, s.n_vocab, 0.2f, 0.0f));
     H2OKV_RETURN_IF_ERROR(add("output_norm.weight", gguf::tensor_type::f32, s.n_embd, 1, 0.1f, 1.0f));
     if (!s.tied_output) {
         H2OKV_RETURN_IF_ERROR(add("output.weight", type, s.n_embd, s.n_vocab, fan(s.n_embd), 0.0f));
