@@ -1,7 +1,8 @@
 // Kernel micro-benchmarks: matmul weight bandwidth (GB/s of weights streamed) per weight type, ISA, shape and
-// thread count, prefill-style matmul throughput (GFLOP/s), attention over 1k / 4k slots with and without
-// the fused H2O score bookkeeping, and the machine's measured peaks to compare them with: streaming-read
-// bandwidth of a buffer far larger than the caches, and fma throughput (AVX2 and AVX-512).
+// thread count, prefill-style matmul throughput (GFLOP/s), attention over 1k / 8k slots of f32, f16 and q8_0
+// K/V (one query head or a GQA group of three, with and without the fused H2O score bookkeeping), and the
+// machine's measured peaks to compare them with: streaming-read bandwidth of a buffer far larger than the
+// caches, and fma throughput (AVX2 and AVX-512).
 //
 //   ./bench_kernels_bench --benchmark_filter='peak|matmul/Q8_0/avx512/rows:16384'
 //   ./bench_kernels_bench --benchmark_filter='matmul/.*/n_tok:512'
@@ -118,46 +119,66 @@ void matmul_args(benchmark::internal::Benchmark* b) {
     b->UseRealTime();
 }
 
-// Args: head_dim, n slots, with score_row (0/1). Slots are a shuffled subset of a store twice as large, as in
-// a cache after evictions.
-void attend_bench(benchmark::State& state, k::isa isa) {
+// K/V rows of `type` (f32, f16 or q8_0) for attend: random normal values through quantize_row.
+std::vector<std::byte> random_kv(tensor_type type, int rows, int hd, uint32_t seed) {
+    const size_t row_bytes = k::row_size(type, hd);
+    const std::vector<float> x = random_floats(static_cast<size_t>(rows) * hd, seed);
+    std::vector<std::byte> bytes(row_bytes * static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r)
+        k::quantize_row(type, x.data() + static_cast<size_t>(r) * hd, hd, bytes.data() + r * row_bytes);
+    return bytes;
+}
+
+// Args: head_dim, n slots, query heads of the group, with score_row (0/1). Slots are a shuffled subset of a
+// store twice as large, as in a cache after evictions.
+void attend_bench(benchmark::State& state, tensor_type type, k::isa isa) {
     if (!k::set_isa(isa)) {
         state.SkipWithError("ISA not supported by this CPU");
         return;
     }
     const int hd = static_cast<int>(state.range(0));
     const int n = static_cast<int>(state.range(1));
-    const bool with_scores = state.range(2) != 0;
+    const int n_q = static_cast<int>(state.range(2));
+    const bool with_scores = state.range(3) != 0;
+    if (!k::attend_supports(type, hd)) {
+        state.SkipWithError("head_dim not supported by this KV type");
+        return;
+    }
     const int n_slots = 2 * n;
-    const std::vector<float> q = random_floats(static_cast<size_t>(hd), 3);
-    const std::vector<float> kv = random_floats(static_cast<size_t>(n_slots) * hd, 4);
-    const std::vector<float> vv = random_floats(static_cast<size_t>(n_slots) * hd, 5);
+    const std::vector<float> q = random_floats(static_cast<size_t>(n_q) * hd, 3);
+    const std::vector<std::byte> kb = random_kv(type, n_slots, hd, 4);
+    const std::vector<std::byte> vb = random_kv(type, n_slots, hd, 5);
+    const k::kv_rows kr{type, kb.data(), k::row_size(type, hd)};
+    const k::kv_rows vr{type, vb.data(), k::row_size(type, hd)};
     std::vector<int32_t> slots(static_cast<size_t>(n_slots));
     std::iota(slots.begin(), slots.end(), 0);
     std::shuffle(slots.begin(), slots.end(), std::mt19937(6));
     slots.resize(static_cast<size_t>(n));
-    std::vector<float> out(static_cast<size_t>(hd));
-    std::vector<float> scratch(static_cast<size_t>(n));
+    std::vector<float> out(static_cast<size_t>(n_q) * hd);
+    std::vector<float> weights(static_cast<size_t>(n_q) * n);
     std::vector<double> score_row(static_cast<size_t>(n_slots));
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     for (auto _ : state) {
-        k::attend(q.data(), kv.data(), vv.data(), hd, slots.data(), n, scale, out.data(), scratch.data(),
-                  with_scores ? score_row.data() : nullptr);
+        k::attend(q.data(), n_q, kr, vr, hd, slots.data(), n, scale, out.data(), weights.data(),
+                  static_cast<size_t>(n), with_scores ? score_row.data() : nullptr);
         benchmark::DoNotOptimize(out.data());
         benchmark::ClobberMemory();
     }
-    state.SetItemsProcessed(state.iterations() * n);                                     // slots per second
-    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n) * hd * 2 * 4);  // K and V read
+    state.SetItemsProcessed(state.iterations() * n * n_q);  // (slot, head) pairs per second
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n) * 2 *
+                            static_cast<int64_t>(k::row_size(type, hd)));  // K and V read
     k::set_isa(k::best_isa());
 }
 
 void attend_args(benchmark::internal::Benchmark* b) {
     for (int hd : {8, 64, 128}) {
-        for (int n : {1024, 4096}) {
-            for (int scores : {0, 1}) b->Args({hd, n, scores});
+        for (int n : {1024, 8192}) {
+            for (int n_q : {1, 3}) {
+                for (int scores : {0, 1}) b->Args({hd, n, n_q, scores});
+            }
         }
     }
-    b->ArgNames({"head_dim", "slots", "score_row"});
+    b->ArgNames({"head_dim", "slots", "n_q", "score_row"});
     b->Unit(benchmark::kMicrosecond);
 }
 
@@ -262,10 +283,13 @@ void register_all() {
                 [type = type, isa = isa](benchmark::State& s) { matmul_bench(s, type, isa); })
                 ->Apply(matmul_args);
         }
-        benchmark::RegisterBenchmark((std::string("attend/") + isa_name).c_str(), [isa = isa](
-                                                                                      benchmark::State& s) {
-            attend_bench(s, isa);
-        })->Apply(attend_args);
+        for (const auto& [type, type_name] : types) {
+            if (!k::attend_supports(type, 64)) continue;
+            benchmark::RegisterBenchmark(
+                (std::string("attend/") + type_name + "/" + isa_name).c_str(),
+                [type = type, isa = isa](benchmark::State& s) { attend_bench(s, type, isa); })
+                ->Apply(attend_args);
+        }
     }
 }
 

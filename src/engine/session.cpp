@@ -26,8 +26,8 @@ result<std::unique_ptr<session>> session::create(model::model& m, const session_
     // `full` holds the whole run (checked above to fit the context); evicting policies stream past the
     // context, so their positions are bounded by the run as well.
     const int64_t max_positions = run_length;
-    H2OKV_ASSIGN_OR_RETURN(auto cache,
-                           kv::kv_cache::create(m.params(), p.kv, chunk, max_positions, run_length));
+    H2OKV_ASSIGN_OR_RETURN(
+        auto cache, kv::kv_cache::create(m.params(), p.kv, chunk, max_positions, run_length, p.kv_type));
     return std::unique_ptr<session>(new session(m, p, n_ctx, run_length, std::move(cache)));
 }
 

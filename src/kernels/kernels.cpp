@@ -144,9 +144,20 @@ void swiglu(const float* gate, const float* up, int n, float* out) noexcept {
     ref::swiglu(gate, up, n, out);
 }
 
-void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
-            float scale, float* out, float* scratch, double* score_row) noexcept {
-    table().attend(q, k, v, head_dim, slots, n, scale, out, scratch, score_row);
+bool attend_supports(tensor_type t, int head_dim) noexcept {
+    if (head_dim < 1) return false;
+    switch (t) {
+        case tensor_type::f32:
+        case tensor_type::f16: return true;
+        case tensor_type::q8_0: return head_dim % detail::q8_0_elems == 0;
+        default: return false;
+    }
+}
+
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride,
+            double* score_row) noexcept {
+    table().attend(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row);
 }
 
 const char* isa_name(isa i) noexcept {

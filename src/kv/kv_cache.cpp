@@ -14,16 +14,38 @@
 namespace h2okv::kv {
 namespace {
 
+constexpr kv_type k_types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0};
+
+gguf::tensor_type tensor_type_of(kv_type t) {
+    switch (t) {
+        case kv_type::f16: return gguf::tensor_type::f16;
+        case kv_type::q8_0: return gguf::tensor_type::q8_0;
+        case kv_type::f32: break;
+    }
+    return gguf::tensor_type::f32;
+}
+
+// Softmax weights are kept for a block of queries so one parallel region covers the block; 16 MiB of them
+// at most, and always one query's.
+constexpr int64_t k_weights_floats = int64_t{1} << 22;
+
+int weights_block_tokens(const model::hparams& hp, int64_t cap, int max_chunk) {
+    const int64_t per_token = std::max<int64_t>(1, static_cast<int64_t>(hp.n_head) * cap);
+    return static_cast<int>(std::clamp<int64_t>(k_weights_floats / per_token, 1, max_chunk));
+}
+
 // The most a cache may take: 64 GiB, and no more than the machine's physical memory.
-status check_memory(const model::hparams& hp, int64_t cap) {
+status check_memory(const model::hparams& hp, int64_t cap, int max_chunk, kv_type type) {
     constexpr double k_gib = 1ull << 30;
     constexpr double k_max_bytes = 64.0 * k_gib;
-    const double kv_bytes =
-        2.0 * hp.n_layer * hp.n_kv_head * static_cast<double>(cap) * hp.head_dim * sizeof(float);
+    const double kv_bytes = 2.0 * hp.n_layer * hp.n_kv_head * static_cast<double>(cap) *
+                            static_cast<double>(kv_row_bytes(type, hp.head_dim));
     // Per slot and unit: the policy's slot table (~32 bytes) and the cache's row and attended-slot list
-    // (12 bytes); per slot and query head, the softmax weights (4 bytes). Units: at most one per KV head.
+    // (12 bytes); per slot, query head and query of a weights block, the softmax weights (4 bytes). Units:
+    // at most one per KV head.
     const double table_bytes =
-        static_cast<double>(cap) * (44.0 * hp.n_layer * hp.n_kv_head + 4.0 * hp.n_head);
+        static_cast<double>(cap) *
+        (44.0 * hp.n_layer * hp.n_kv_head + 4.0 * hp.n_head * weights_block_tokens(hp, cap, max_chunk));
     const double total = kv_bytes + table_bytes;
     const long pages = ::sysconf(_SC_PHYS_PAGES);
     const long page_size = ::sysconf(_SC_PAGE_SIZE);
@@ -36,17 +58,51 @@ status check_memory(const model::hparams& hp, int64_t cap) {
             : fmt::format("the {:.0f} GiB limit", k_max_bytes / k_gib);
     return out_of_memory(
         "the KV cache would need {:.1f} GiB ({} slots x {} layers x {} KV heads x head_dim {} x K and V "
-        "in f32, plus {:.1f} GiB of slot tables), more than {}; lower the budget, the context or the run's "
-        "length",
-        total / k_gib, cap, hp.n_layer, hp.n_kv_head, hp.head_dim, table_bytes / k_gib, limit);
+        "in {}, plus {:.1f} GiB of slot tables), more than {}; lower the budget, the context or the run's "
+        "length, or store K/V in a smaller type (--kv-type)",
+        total / k_gib, cap, hp.n_layer, hp.n_kv_head, hp.head_dim, kv_type_name(type), table_bytes / k_gib,
+        limit);
 }
 
 }  // namespace
 
+const char* kv_type_name(kv_type t) noexcept {
+    switch (t) {
+        case kv_type::f32: return "f32";
+        case kv_type::f16: return "f16";
+        case kv_type::q8_0: return "q8_0";
+    }
+    return "unknown";
+}
+
+std::string kv_type_names() {
+    std::string out;
+    for (kv_type t : k_types) out += (out.empty() ? "" : ", ") + std::string(kv_type_name(t));
+    return out;
+}
+
+result<kv_type> parse_kv_type(std::string_view name) {
+    for (kv_type t : k_types) {
+        if (name == kv_type_name(t)) return t;
+    }
+    return invalid_argument("unknown KV type '{}' (valid: {})", name, kv_type_names());
+}
+
+size_t kv_row_bytes(kv_type t, int head_dim) noexcept {
+    return head_dim < 1 ? 0 : kernels::row_size(tensor_type_of(t), head_dim);
+}
+
 result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, const policy::params& pp,
-                                                   int max_chunk, int64_t n_ctx, int64_t run_length) {
+                                                   int max_chunk, int64_t n_ctx, int64_t run_length,
+                                                   kv_type type) {
     if (max_chunk < 1) return invalid_argument("prefill chunk {} must be >= 1", max_chunk);
     if (n_ctx < 1) return invalid_argument("context length {} must be >= 1", n_ctx);
+    if (!kernels::attend_supports(tensor_type_of(type), hp.head_dim)) {
+        return invalid_argument(
+            "KV type {} stores blocks of 32 elements, but this model's head_dim is {}, not a multiple of 32; "
+            "use --kv-type f16 or f32",
+            kv_type_name(type), hp.head_dim);
+    }
     // Refuse a cache that cannot fit before anything is allocated: the policy's slot tables alone can be
     // tens of GiB, and with overcommit an oversized allocation is not refused but killed when touched.
     // The slots per unit are kv_policy::capacity()'s: budget + chunk, or the whole context for `full` or
@@ -56,7 +112,7 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         auto budget = pp.budget->resolve(run_length);
         if (budget.ok() && *budget <= n_ctx - max_chunk) expected_cap = *budget + max_chunk;
     }
-    H2OKV_RETURN_IF_ERROR(check_memory(hp, expected_cap));
+    H2OKV_RETURN_IF_ERROR(check_memory(hp, expected_cap, max_chunk, type));
 
     policy::layout l;
     l.n_layer = hp.n_layer;
@@ -66,14 +122,14 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
     l.max_positions = n_ctx;
     H2OKV_ASSIGN_OR_RETURN(auto pol, policy::kv_policy::create(pp, l, run_length));
     const int64_t cap = pol->capacity();
-    const double bytes =
-        2.0 * hp.n_layer * hp.n_kv_head * static_cast<double>(cap) * hp.head_dim * sizeof(float);
-    std::unique_ptr<kv_cache> c(new kv_cache(hp, std::move(pol)));
+    const size_t row_bytes = kv_row_bytes(type, hp.head_dim);
+    const double bytes = 2.0 * hp.n_layer * hp.n_kv_head * static_cast<double>(cap) * row_bytes;
+    std::unique_ptr<kv_cache> c(new kv_cache(hp, std::move(pol), type));
     try {
-        const auto n =
-            static_cast<size_t>(hp.n_layer) * hp.n_kv_head * static_cast<size_t>(cap) * hp.head_dim;
-        c->k_.assign(n, 0.0f);
-        c->v_.assign(n, 0.0f);
+        const size_t n =
+            static_cast<size_t>(hp.n_layer) * hp.n_kv_head * static_cast<size_t>(cap) * row_bytes;
+        c->k_.assign(n, std::byte{0});
+        c->v_.assign(n, std::byte{0});
         const int units = c->policy_->n_units();
         c->attended_.resize(static_cast<size_t>(units));
         c->n_kept_.assign(static_cast<size_t>(units), 0);
@@ -81,15 +137,23 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         if (c->policy_->needs_attention()) {
             c->rows_.assign(static_cast<size_t>(units), std::vector<double>(static_cast<size_t>(cap), 0.0));
         }
-        c->weights_.assign(static_cast<size_t>(hp.n_head) * static_cast<size_t>(cap), 0.0f);
+        c->block_tokens_ = weights_block_tokens(hp, cap, max_chunk);
+        c->weights_.assign(
+            static_cast<size_t>(c->block_tokens_) * static_cast<size_t>(hp.n_head) * static_cast<size_t>(cap),
+            0.0f);
     } catch (const std::bad_alloc&) {
-        return out_of_memory("could not allocate the KV cache of {:.1f} MiB", bytes / (1 << 20));
+        return out_of_memory("could not allocate the KV cache of {:.1f} MiB ({})", bytes / (1 << 20),
+                             kv_type_name(type));
     }
     return c;
 }
 
-kv_cache::kv_cache(const model::hparams& hp, std::unique_ptr<policy::kv_policy> pol)
-    : hp_(hp), policy_(std::move(pol)), capacity_(policy_->capacity()) {}
+kv_cache::kv_cache(const model::hparams& hp, std::unique_ptr<policy::kv_policy> pol, kv_type type)
+    : hp_(hp),
+      policy_(std::move(pol)),
+      capacity_(policy_->capacity()),
+      type_(type),
+      row_bytes_(kv_row_bytes(type, hp.head_dim)) {}
 
 kv_cache::~kv_cache() = default;
 
@@ -98,18 +162,27 @@ bool kv_cache::token_by_token() const {
            hp_.n_layer > 1;
 }
 
-float* kv_cache::k_at(int layer, int kv_head, int32_t slot) {
+kernels::kv_rows kv_cache::rows(const std::vector<std::byte>& store, int layer, int kv_head) const {
     const size_t head = static_cast<size_t>(layer) * hp_.n_kv_head + static_cast<size_t>(kv_head);
-    return &k_[(head * static_cast<size_t>(capacity_) + static_cast<size_t>(slot)) * hp_.head_dim];
+    return {tensor_type_of(type_), store.data() + head * static_cast<size_t>(capacity_) * row_bytes_,
+            row_bytes_};
 }
 
-float* kv_cache::v_at(int layer, int kv_head, int32_t slot) {
+void kv_cache::store_row(std::vector<std::byte>& store, int layer, int kv_head, int32_t slot,
+                         const float* x) {
     const size_t head = static_cast<size_t>(layer) * hp_.n_kv_head + static_cast<size_t>(kv_head);
-    return &v_[(head * static_cast<size_t>(capacity_) + static_cast<size_t>(slot)) * hp_.head_dim];
+    std::byte* dst =
+        store.data() + (head * static_cast<size_t>(capacity_) + static_cast<size_t>(slot)) * row_bytes_;
+    if (type_ == kv_type::f32) {
+        std::memcpy(dst, x, row_bytes_);
+    } else {
+        // Cannot fail: the type and head_dim were checked by create().
+        kernels::quantize_row(tensor_type_of(type_), x, hp_.head_dim, dst);
+    }
 }
 
 int64_t kv_cache::bytes() const {
-    return static_cast<int64_t>((k_.size() + v_.size()) * sizeof(float));
+    return static_cast<int64_t>(k_.size() + v_.size());
 }
 
 int64_t kv_cache::kept_total() const {
@@ -162,55 +235,68 @@ status kv_cache::attend(int layer, int64_t first_pos, int n_tok, const float* q,
     const bool scores = policy_->needs_attention();
     const bool per_head_unit = policy_->config().gran == policy::granularity::head;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const auto cap = static_cast<size_t>(capacity_);
 
     for (int t = 0; t < n_tok; ++t) {
         const int ci = static_cast<int>(base) + t;
         for (int g = 0; g < hp_.n_kv_head; ++g) {
             const int32_t slot = policy_->chunk_slots(policy_->unit_of(layer, g))[static_cast<size_t>(ci)];
-            std::memcpy(k_at(layer, g, slot),
-                        k + static_cast<size_t>(t) * kv_stride + static_cast<size_t>(g) * hd,
-                        sizeof(float) * static_cast<size_t>(hd));
-            std::memcpy(v_at(layer, g, slot),
-                        v + static_cast<size_t>(t) * kv_stride + static_cast<size_t>(g) * hd,
-                        sizeof(float) * static_cast<size_t>(hd));
+            store_row(k_, layer, g, slot,
+                      k + static_cast<size_t>(t) * kv_stride + static_cast<size_t>(g) * hd);
+            store_row(v_, layer, g, slot,
+                      v + static_cast<size_t>(t) * kv_stride + static_cast<size_t>(g) * hd);
         }
     }
-    for (int t = 0; t < n_tok; ++t) {
-        const int ci = static_cast<int>(base) + t;
-        // Threads only pay off when a query's attention over all heads is more than a few microseconds of
-        // work.
-        const int64_t work = static_cast<int64_t>(attended_[0].size()) * hd * hp_.n_head;
-#pragma omp parallel for schedule(static) if (hp_.n_kv_head > 1 && work >= 32768)
-        for (int g = 0; g < hp_.n_kv_head; ++g) {
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    for (int t0 = 0; t0 < n_tok; t0 += block_tokens_) {
+        const int tb = std::min(block_tokens_, n_tok - t0);
+        // Items: (query, KV head, part of the group's query heads). A head's result is the same in any part
+        // (kernels::attend), so a decode step with fewer KV heads than twice the threads splits each group
+        // into single heads to balance the threads, at the cost of reading K/V once per head.
+        const int parts = group > 1 && tb * hp_.n_kv_head < 2 * threads ? group : 1;
+        const int per_part = group / parts;
+        // The kernel sums a head unit's row itself when no other item touches that row at the same time.
+        const bool fused = scores && per_head_unit && tb == 1 && parts == 1;
+        const int items = tb * hp_.n_kv_head * parts;
+        // Threads only pay off when the block's attention is more than a few microseconds of work.
+        const int64_t work = static_cast<int64_t>(attended_[0].size()) * hd * hp_.n_head * tb;
+#pragma omp parallel for schedule(static, 1) if (threads > 1 && items > 1 && work >= 32768)
+        for (int it = 0; it < items; ++it) {
+            const int t = t0 + it / (hp_.n_kv_head * parts);
+            const int g = it / parts % hp_.n_kv_head;
+            const int h0 = g * group + it % parts * per_part;
+            const int ci = static_cast<int>(base) + t;
             const int u = policy_->unit_of(layer, g);
             const auto& slots = attended_[static_cast<size_t>(u)];
             const int n = n_kept_[static_cast<size_t>(u)] + ci + 1;
-            double* row = scores && per_head_unit ? rows_[static_cast<size_t>(u)].data() : nullptr;
-            for (int h = g * group; h < (g + 1) * group; ++h) {
-                kernels::attend(q + static_cast<size_t>(t) * q_stride + static_cast<size_t>(h) * hd,
-                                k_at(layer, g, 0), v_at(layer, g, 0), hd, slots.data(), n, scale,
-                                out + static_cast<size_t>(t) * q_stride + static_cast<size_t>(h) * hd,
-                                &weights_[static_cast<size_t>(h) * static_cast<size_t>(capacity_)], row);
-            }
+            float* w = &weights_[(static_cast<size_t>(t - t0) * hp_.n_head + static_cast<size_t>(h0)) * cap];
+            const size_t qo = static_cast<size_t>(t) * q_stride + static_cast<size_t>(h0) * hd;
+            kernels::attend(q + qo, per_part, rows(k_, layer, g), rows(v_, layer, g), hd, slots.data(), n,
+                            scale, out + qo, w, cap, fused ? rows_[static_cast<size_t>(u)].data() : nullptr);
         }
-        if (scores) commit_rows(layer, ci);
-        if (weights_observer_) emit_weights(layer, ci);
+        for (int t = t0; t < t0 + tb; ++t) {
+            const int ci = static_cast<int>(base) + t;
+            const float* w = &weights_[static_cast<size_t>(t - t0) * hp_.n_head * cap];
+            if (scores) commit_rows(layer, ci, w, fused);
+            if (weights_observer_) emit_weights(layer, ci, w);
+        }
     }
     return ok_status();
 }
 
 // Completes the rows of chunk query `ci` for the units whose last contributing layer is `layer` and hands
-// them to the policy. Rows of coarser units are summed here from the per-head weights, in head order.
-void kv_cache::commit_rows(int layer, int ci) {
+// them to the policy. Unless the kernel summed them (`fused`), the rows are summed here from the per-head
+// weights, in head order: the same sums in the same order as the fused path.
+void kv_cache::commit_rows(int layer, int ci, const float* weights, bool fused) {
     const int group = hp_.gqa_group();
     const auto gran = policy_->config().gran;
-    if (gran != policy::granularity::head) {
+    if (!fused) {
         for (int h = 0; h < hp_.n_head; ++h) {
             const int u = policy_->unit_of(layer, h / group);
             const auto& slots = attended_[static_cast<size_t>(u)];
             const int n = n_kept_[static_cast<size_t>(u)] + ci + 1;
             double* row = rows_[static_cast<size_t>(u)].data();
-            const float* w = &weights_[static_cast<size_t>(h) * static_cast<size_t>(capacity_)];
+            const float* w = weights + static_cast<size_t>(h) * static_cast<size_t>(capacity_);
             for (int j = 0; j < n; ++j) row[slots[static_cast<size_t>(j)]] += static_cast<double>(w[j]);
         }
     }
@@ -239,7 +325,7 @@ void kv_cache::commit_rows(int layer, int ci) {
     }
 }
 
-void kv_cache::emit_weights(int layer, int ci) {
+void kv_cache::emit_weights(int layer, int ci, const float* weights) {
     const int group = hp_.gqa_group();
     for (int h = 0; h < hp_.n_head; ++h) {
         const int u = policy_->unit_of(layer, h / group);
@@ -254,7 +340,7 @@ void kv_cache::emit_weights(int layer, int ci) {
         }
         weights_observer_(
             layer, h, chunk_first_ + ci, obs_positions_,
-            std::span<const float>(&weights_[static_cast<size_t>(h) * static_cast<size_t>(capacity_)],
+            std::span<const float>(weights + static_cast<size_t>(h) * static_cast<size_t>(capacity_),
                                    static_cast<size_t>(n)));
     }
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "test_support.h"
 
@@ -75,11 +76,11 @@ TEST_F(BenchCli, SynthRefusesUnknownShapeAndType) {
 
 TEST_F(BenchCli, JsonReportFullVersusH2O) {
     const std::string model = synth("q4_k");
-    // tiny: 2 layers, 2 KV heads, head_dim 64: 1 KiB of K and V per token per layer.
+    // tiny: 2 layers, 2 KV heads, head_dim 64: 1 KiB of f32 K and V per token per layer.
     const long per_token = 2L * 2 * 64 * 4 * 2;
     const std::string common = kCli + " bench -m " + model + " -p 32 -n 8 --depth 64 -t 1 -r 2 --json";
     int rc = -1;
-    const std::string full_out = run_command(common + " 2>/dev/null", &rc);
+    const std::string full_out = run_command(common + " --kv-type f32 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0) << full_out;
     const auto full = nlohmann::json::parse(full_out);
     EXPECT_GT(full["prefill_tps"].get<double>(), 0.0);
@@ -87,12 +88,13 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     EXPECT_LE(full["decode_tps_min"].get<double>(), full["decode_tps"].get<double>());
     EXPECT_GE(full["decode_tps_max"].get<double>(), full["decode_tps"].get<double>());
     EXPECT_EQ(full["run_length"].get<long>(), 104);
+    EXPECT_EQ(full["kv_type"].get<std::string>(), "f32");
     EXPECT_EQ(full["kv_bytes"].get<long>(), 104 * per_token);
     EXPECT_EQ(full["kv_bytes_full"].get<long>(), 104 * per_token);
     EXPECT_GT(full["peak_rss_bytes"].get<long>(), 0);
 
-    const std::string h2o_out =
-        run_command(common + " --kv-policy h2o --kv-budget 0.2 --kv-prefill-chunk 16 2>/dev/null", &rc);
+    const std::string h2o_out = run_command(
+        common + " --kv-type f32 --kv-policy h2o --kv-budget 0.2 --kv-prefill-chunk 16 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0) << h2o_out;
     const auto h2o = nlohmann::json::parse(h2o_out);
     EXPECT_GT(h2o["decode_tps"].get<double>(), 0.0);
@@ -101,6 +103,21 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     EXPECT_GE(slots, 20 + 16);
     EXPECT_LE(slots, 21 + 16);
     EXPECT_LT(h2o["kv_bytes"].get<long>(), full["kv_bytes"].get<long>());
+
+    // The default f16 stores 2 bytes an element, q8_0 34 bytes per 32: the full cache of the run in each.
+    for (const auto& [flag, type, bytes] :
+         {std::tuple<std::string, std::string, long>{"", "f16", per_token / 2},
+          {"--kv-type q8_0", "q8_0", per_token / 4 / 32 * 34}}) {
+        const std::string out = run_command(common + " " + flag + " 2>/dev/null", &rc);
+        ASSERT_EQ(rc, 0) << out;
+        const auto j = nlohmann::json::parse(out);
+        EXPECT_EQ(j["kv_type"].get<std::string>(), type);
+        EXPECT_EQ(j["kv_bytes"].get<long>(), 104 * bytes) << type;
+        EXPECT_EQ(j["kv_bytes_full"].get<long>(), 104 * bytes) << type;
+    }
+    const std::string err = run_command(common + " --kv-type q4_0 2>&1 >/dev/null", &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(err.find("f32, f16, q8_0"), std::string::npos) << "the error lists the valid types: " << err;
 }
 
 TEST_F(BenchCli, TableOutputAndBadArguments) {

@@ -1,6 +1,7 @@
 // `h2okv perplexity` reproduces the reference figures of ../shared/models/h2o-eval-5M/MODEL.md (computed by
 // an independent float64 numpy implementation), tokenizer included.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -73,14 +74,23 @@ TEST(Perplexity, EvictingRunsEqualTheNumpyReference) {
     struct run {
         std::string ours, theirs;
     };
+    // f32 KV against the float64 reference, and the default f16 KV against the reference rounding its K/V
+    // the same way (under eviction the rounding moves scores enough to change some evictions: TOVA at 0.1
+    // gives 4.8308 with f16 KV and 4.8031 with f32).
     const std::vector<run> runs = {
-        {"--kv-policy h2o --kv-budget 0.2", "--policy h2o --budget 0.2"},
-        {"--kv-policy h2o --kv-budget 40 --kv-decay 0.95 --kv-sinks 2",
+        {"--kv-type f32 --kv-policy h2o --kv-budget 0.2", "--policy h2o --budget 0.2"},
+        {"--kv-type f32 --kv-policy h2o --kv-budget 40 --kv-decay 0.95 --kv-sinks 2",
          "--policy h2o --budget 40 --decay 0.95 --sinks 2"},
-        {"--kv-policy tova --kv-budget 0.1 --kv-granularity layer",
+        {"--kv-type f32 --kv-policy tova --kv-budget 0.1 --kv-granularity layer",
          "--policy tova --budget 0.1 --granularity layer"},
-        {"--kv-policy streaming --kv-budget 32", "--policy streaming --budget 32"},
-        {"--kv-policy h2o --kv-budget 48 --kv-prefill-chunk 16", "--policy h2o --budget 48 --chunk 16"},
+        {"--kv-type f32 --kv-policy streaming --kv-budget 32", "--policy streaming --budget 32"},
+        {"--kv-type f32 --kv-policy h2o --kv-budget 48 --kv-prefill-chunk 16",
+         "--policy h2o --budget 48 --chunk 16"},
+        {"--kv-policy h2o --kv-budget 0.2", "--kv-type f16 --policy h2o --budget 0.2"},
+        {"--kv-policy tova --kv-budget 0.1 --kv-granularity layer",
+         "--kv-type f16 --policy tova --budget 0.1 --granularity layer"},
+        {"--kv-policy h2o --kv-budget 48 --kv-prefill-chunk 16",
+         "--kv-type f16 --policy h2o --budget 48 --chunk 16"},
     };
     for (const auto& r : runs) {
         const double ours = perplexity_of("-m " + model + " -f " + text + " --max-tokens 256 " + r.ours);
@@ -89,6 +99,30 @@ TEST(Perplexity, EvictingRunsEqualTheNumpyReference) {
         ASSERT_GT(theirs, 0.0) << r.theirs;
         EXPECT_NEAR(ours, theirs, theirs * 1e-4) << r.ours;
     }
+}
+
+TEST(Perplexity, JsonlRecordsTheKvType) {
+    const std::string text = kShared + "/data/tinystories/tinystories_val_head.txt";
+    if (!std::filesystem::exists(text)) GTEST_SKIP() << "../shared is absent: " << text;
+    const std::string jsonl =
+        (std::filesystem::temp_directory_path() / ("h2okv_ppl_kv_" + std::to_string(::getpid()) + ".jsonl"))
+            .string();
+    for (const std::string flag : {"", "--kv-type f32"}) {
+        int rc = -1;
+        run_command(kCli + " perplexity -f " + text + " --max-tokens 32 " + flag + " --jsonl " + jsonl +
+                        " >/dev/null 2>&1",
+                    &rc);
+        EXPECT_EQ(rc, 0) << flag;
+    }
+    const std::string lines = read_file(jsonl);
+    EXPECT_NE(lines.find("\"kv_type\":\"f16\""), std::string::npos) << "the default: " << lines;
+    EXPECT_NE(lines.find("\"kv_type\":\"f32\""), std::string::npos) << lines;
+    std::filesystem::remove(jsonl);
+    int rc = -1;
+    const std::string err =
+        run_command(kCli + " perplexity -f " + text + " --max-tokens 32 --kv-type bf16 2>&1 >/dev/null", &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(err.find("unknown KV type 'bf16' (valid: f32, f16, q8_0)"), std::string::npos) << err;
 }
 
 TEST(Perplexity, FullRefusesATextLongerThanTheContext) {

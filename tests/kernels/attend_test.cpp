@@ -1,5 +1,6 @@
-// attend: variants against the reference (and the reference against a long-double formula) over head sizes
-// with tails and slot counts, the fused score_row bookkeeping, and edge cases.
+// attend: variants against the reference (and the reference against a long-double formula) over K/V types
+// (f32, f16, q8_0), head sizes with tails, group sizes and slot counts; a head's bits independent of the
+// group it is computed in; the fused score_row bookkeeping; edge cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "h2okv/kernels/kernels.h"
@@ -20,12 +22,15 @@
 namespace h2okv::kernels {
 namespace {
 
+using gguf::tensor_type;
+using test_support::encode_matrix;
+using test_support::encoded_matrix;
 using test_support::gamma_k;
 using test_support::random_floats;
 constexpr double u = test_support::unit_roundoff;
 
-using attend_fn = void (*)(const float*, const float*, const float*, int, const int32_t*, int, float, float*,
-                           float*, double*);
+using attend_fn = void (*)(const float*, int, const kv_rows&, const kv_rows&, int, const int32_t*, int, float,
+                           float*, float*, size_t, double*);
 
 struct variant {
     const char* name;
@@ -40,19 +45,29 @@ std::vector<variant> all_variants() {
     return v;
 }
 
-// A K/V store of n_slots rows and a random subset of n slots in random order.
+// n_q queries, K/V stores of n_slots rows of one type (rows padded with garbage bytes, so the row stride is
+// honoured) and a random subset of n slots in random order.
 struct store {
     int head_dim = 0;
-    std::vector<float> q, k, v;
+    int n_q = 0;
+    std::vector<float> q;  // [n_q][head_dim]
+    encoded_matrix k, v;   // .values: the decoded elements
     std::vector<int32_t> slots;
+
+    kv_rows k_rows() const { return {k.type, k.bytes.data(), k.row_bytes}; }
+    kv_rows v_rows() const { return {v.type, v.bytes.data(), v.row_bytes}; }
+    float kd(int j, int i) const { return k.values[static_cast<size_t>(slots[j]) * head_dim + i]; }
+    float vd(int j, int i) const { return v.values[static_cast<size_t>(slots[j]) * head_dim + i]; }
 };
 
-store make_store(int head_dim, int n_slots, int n, uint32_t seed, float q_scale = 1.0f) {
+store make_store(tensor_type type, int head_dim, int n_q, int n_slots, int n, uint32_t seed,
+                 float q_scale = 1.0f) {
     store s;
     s.head_dim = head_dim;
-    s.q = random_floats(static_cast<size_t>(head_dim), seed, q_scale);
-    s.k = random_floats(static_cast<size_t>(n_slots) * head_dim, seed + 1);
-    s.v = random_floats(static_cast<size_t>(n_slots) * head_dim, seed + 2);
+    s.n_q = n_q;
+    s.q = random_floats(static_cast<size_t>(n_q) * head_dim, seed, q_scale);
+    s.k = encode_matrix(type, n_slots, head_dim, seed + 1, 6);
+    s.v = encode_matrix(type, n_slots, head_dim, seed + 2, 6);
     std::vector<int32_t> all(static_cast<size_t>(n_slots));
     std::iota(all.begin(), all.end(), 0);
     std::mt19937 rng(seed + 3);
@@ -61,64 +76,101 @@ store make_store(int head_dim, int n_slots, int n, uint32_t seed, float q_scale 
     return s;
 }
 
+// The head sizes a type supports among `dims`.
+std::vector<int> dims_for(tensor_type t, std::initializer_list<int> dims) {
+    std::vector<int> out;
+    for (int d : dims) {
+        if (attend_supports(t, d)) out.push_back(d);
+    }
+    return out;
+}
+
+constexpr tensor_type kTypes[] = {tensor_type::f32, tensor_type::f16, tensor_type::q8_0};
+
+TEST(Attend, SupportsTheKvTypes) {
+    EXPECT_TRUE(attend_supports(tensor_type::f32, 13));
+    EXPECT_TRUE(attend_supports(tensor_type::f16, 13));
+    EXPECT_TRUE(attend_supports(tensor_type::q8_0, 64));
+    EXPECT_FALSE(attend_supports(tensor_type::q8_0, 48));
+    EXPECT_FALSE(attend_supports(tensor_type::q4_0, 64));
+    EXPECT_FALSE(attend_supports(tensor_type::f16, 0));
+}
+
 TEST(Attend, ReferenceMatchesFormula) {
-    for (int head_dim : {1, 8, 13, 64}) {
-        for (int n : {1, 2, 9, 300}) {
-            const store s = make_store(head_dim, n + 5, n, static_cast<uint32_t>(head_dim * 1000 + n), 2.0f);
-            const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-            std::vector<float> out(static_cast<size_t>(head_dim));
-            std::vector<float> w(static_cast<size_t>(n));
-            ref::attend(s.q.data(), s.k.data(), s.v.data(), head_dim, s.slots.data(), n, scale, out.data(),
-                        w.data(), nullptr);
-            std::vector<long double> sc(static_cast<size_t>(n));
-            long double mx = -INFINITY;
-            for (int j = 0; j < n; ++j) {
-                long double d = 0;
-                for (int i = 0; i < head_dim; ++i) {
-                    d += static_cast<long double>(s.q[i]) * s.k[s.slots[j] * head_dim + i];
+    for (tensor_type type : kTypes) {
+        for (int head_dim : dims_for(type, {1, 8, 13, 32, 64})) {
+            for (int n : {1, 2, 9, 300}) {
+                const store s =
+                    make_store(type, head_dim, 2, n + 5, n, static_cast<uint32_t>(head_dim * 1000 + n), 2.0f);
+                const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                std::vector<float> out(static_cast<size_t>(2 * head_dim));
+                std::vector<float> w(static_cast<size_t>(2 * n));
+                ref::attend(s.q.data(), 2, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
+                            out.data(), w.data(), static_cast<size_t>(n), nullptr);
+                for (int h = 0; h < 2; ++h) {
+                    std::vector<long double> sc(static_cast<size_t>(n));
+                    long double mx = -INFINITY;
+                    for (int j = 0; j < n; ++j) {
+                        long double d = 0;
+                        for (int i = 0; i < head_dim; ++i)
+                            d += static_cast<long double>(s.q[h * head_dim + i]) * s.kd(j, i);
+                        sc[j] = d * scale;
+                        mx = std::max(mx, sc[j]);
+                    }
+                    long double sum = 0;
+                    double arg_error = 0;
+                    for (int j = 0; j < n; ++j) {
+                        sum += std::exp(sc[j] - mx);
+                        // The score rounds to float (u|s_j|), so do the max (u|m|) and s_j - m (u|s_j - m|):
+                        // each shifts exp's argument.
+                        arg_error = std::max(arg_error,
+                                             static_cast<double>(2 * u * (std::fabs(sc[j]) + std::fabs(mx))));
+                    }
+                    for (int j = 0; j < n; ++j) {
+                        const long double wj = std::exp(sc[j] - mx) / sum;
+                        // Argument errors of numerator and sum, then expf (1u each), the product and its
+                        // rounding.
+                        ASSERT_LE(std::fabs(w[h * n + j] - wj), (2 * arg_error + gamma_k(4)) * wj + 1e-40)
+                            << "hd " << head_dim << " n " << n << " head " << h << " weight " << j;
+                    }
+                    for (int i = 0; i < head_dim; ++i) {
+                        long double o = 0, m = 0;
+                        for (int j = 0; j < n; ++j) {
+                            o += static_cast<long double>(w[h * n + j]) * s.vd(j, i);
+                            m += std::fabs(static_cast<long double>(w[h * n + j]) * s.vd(j, i));
+                        }
+                        // The double sum of the returned weights times the decoded values, rounded to float.
+                        ASSERT_LE(std::fabs(out[h * head_dim + i] - o), u * std::fabs(o) + 1e-12 * m + 1e-40)
+                            << "hd " << head_dim << " n " << n << " head " << h << " out " << i;
+                    }
                 }
-                sc[j] = d * scale;
-                mx = std::max(mx, sc[j]);
-            }
-            long double sum = 0;
-            double arg_error = 0;
-            for (int j = 0; j < n; ++j) {
-                sum += std::exp(sc[j] - mx);
-                // The score rounds to float (u|s_j|), so do the max (u|m|) and s_j - m (u|s_j - m|): each
-                // shifts exp's argument.
-                arg_error =
-                    std::max(arg_error, static_cast<double>(2 * u * (std::fabs(sc[j]) + std::fabs(mx))));
-            }
-            for (int j = 0; j < n; ++j) {
-                const long double wj = std::exp(sc[j] - mx) / sum;
-                // Argument errors of numerator and sum, then expf (1u each), the product and its rounding.
-                ASSERT_LE(std::fabs(w[j] - wj), (2 * arg_error + gamma_k(4)) * wj + 1e-40)
-                    << "hd " << head_dim << " n " << n << " weight " << j;
             }
         }
     }
 }
 
-// Bound on |fast - ref| for the weights and the output, from the operations of the fast path (see the
-// derivation in each step below).
+// Bound on |fast - ref| for one head's weights and output, from the operations of the fast path (see the
+// derivation in each step below). Everything is in terms of the decoded K/V values, which both compute with
+// exactly.
 struct attend_bounds {
     std::vector<double> weight;  // per j
     std::vector<double> out;     // per d
 };
 
-attend_bounds bounds_for(const store& s, int n, float scale, const std::vector<float>& w_ref) {
+attend_bounds bounds_for(const store& s, int h, int n, float scale, const float* w_ref) {
     const int hd = s.head_dim;
-    // Scores: the fast dot keeps one accumulator per slot, so each product passes through up to ceil(hd/8)
-    // FMAs (the masked tail included) and a 3-level add tree, then the scale product; the reference rounds
-    // once. So |ds_j| <= gamma(hd/8 + 5) * scale * sum_i |q_i k_ji| + 2u |s_j|.
+    const float* q = s.q.data() + static_cast<size_t>(h) * hd;
+    // Scores: the fast dot keeps one accumulator per (head, slot), so each product passes through up to
+    // ceil(hd/8) FMAs and a 3-level add tree, then the scale product; the reference rounds once. So
+    // |ds_j| <= gamma(hd/8 + 5) * scale * sum_i |q_i k_ji| + 2u |s_j|.
     double ds = 0;
     double s_max = 0;
     for (int j = 0; j < n; ++j) {
         double a = 0;
         double dot = 0;
         for (int i = 0; i < hd; ++i) {
-            a += std::fabs(static_cast<double>(s.q[i]) * s.k[s.slots[j] * hd + i]);
-            dot += static_cast<double>(s.q[i]) * s.k[s.slots[j] * hd + i];
+            a += std::fabs(static_cast<double>(q[i]) * s.kd(j, i));
+            dot += static_cast<double>(q[i]) * s.kd(j, i);
         }
         s_max = std::max(s_max, std::fabs(dot * scale));
         ds = std::max(ds, gamma_k(hd / 8.0 + 5) * scale * a + 2 * u * std::fabs(dot * scale));
@@ -138,7 +190,7 @@ attend_bounds bounds_for(const store& s, int n, float scale, const std::vector<f
     b.out.resize(static_cast<size_t>(hd));
     for (int d = 0; d < hd; ++d) {
         double m = 0;
-        for (int j = 0; j < n; ++j) m += w_ref[j] * std::fabs(s.v[s.slots[j] * hd + d]);
+        for (int j = 0; j < n; ++j) m += w_ref[j] * std::fabs(s.vd(j, d));
         b.out[d] = (rel_w + gamma_k(n + 2)) * m + 1e-37;
     }
     return b;
@@ -146,107 +198,147 @@ attend_bounds bounds_for(const store& s, int n, float scale, const std::vector<f
 
 TEST(Attend, VariantsMatchReference) {
     int compared = 0;
-    for (int head_dim : {1, 3, 8, 12, 16, 24, 64, 80, 128}) {
-        for (int n : {1, 2, 7, 8, 9, 17, 64, 1000, 4096}) {
-            for (float q_scale : {0.5f, 4.0f}) {
-                const store s =
-                    make_store(head_dim, n + 3, n, static_cast<uint32_t>(head_dim * 7919 + n), q_scale);
-                const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-                std::vector<float> out_ref(static_cast<size_t>(head_dim));
-                std::vector<float> w_ref(static_cast<size_t>(n));
-                ref::attend(s.q.data(), s.k.data(), s.v.data(), head_dim, s.slots.data(), n, scale,
-                            out_ref.data(), w_ref.data(), nullptr);
-                const attend_bounds b = bounds_for(s, n, scale, w_ref);
-                for (const variant& v : all_variants()) {
-                    std::vector<float> out(static_cast<size_t>(head_dim) + 1, 9.0f);
-                    std::vector<float> w(static_cast<size_t>(n) + 1, 9.0f);
-                    v.fn(s.q.data(), s.k.data(), s.v.data(), head_dim, s.slots.data(), n, scale, out.data(),
-                         w.data(), nullptr);
-                    ASSERT_EQ(out[head_dim], 9.0f) << v.name << " wrote past out";
-                    ASSERT_EQ(w[n], 9.0f) << v.name << " wrote past scratch";
-                    for (int j = 0; j < n; ++j) {
-                        ASSERT_LE(std::fabs(w[j] - w_ref[j]), b.weight[j])
-                            << v.name << " hd " << head_dim << " n " << n << " weight " << j;
+    for (tensor_type type : kTypes) {
+        for (int head_dim : dims_for(type, {1, 3, 8, 12, 16, 24, 32, 64, 80, 128})) {
+            for (int n : {1, 2, 7, 8, 9, 17, 64, 129, 1000, 4096}) {
+                for (int n_q : {1, 3, 4}) {
+                    const float q_scale = n % 2 == 0 ? 0.5f : 4.0f;
+                    const store s =
+                        make_store(type, head_dim, n_q, n + 3, n,
+                                   static_cast<uint32_t>(head_dim * 7919 + n * 13 + n_q), q_scale);
+                    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                    const auto stride = static_cast<size_t>(n) + 2;
+                    std::vector<float> out_ref(static_cast<size_t>(n_q * head_dim));
+                    std::vector<float> w_ref(stride * n_q);
+                    ref::attend(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
+                                out_ref.data(), w_ref.data(), stride, nullptr);
+                    for (const variant& v : all_variants()) {
+                        std::vector<float> out(static_cast<size_t>(n_q * head_dim) + 1, 9.0f);
+                        std::vector<float> w(stride * n_q, 9.0f);
+                        v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
+                             out.data(), w.data(), stride, nullptr);
+                        ASSERT_EQ(out[n_q * head_dim], 9.0f) << v.name << " wrote past out";
+                        for (int h = 0; h < n_q; ++h) {
+                            const float* wr = w_ref.data() + h * stride;
+                            const float* wv = w.data() + h * stride;
+                            ASSERT_EQ(wv[n], 9.0f) << v.name << " wrote past head " << h << "'s weights";
+                            const attend_bounds b = bounds_for(s, h, n, scale, wr);
+                            for (int j = 0; j < n; ++j) {
+                                ASSERT_LE(std::fabs(wv[j] - wr[j]), b.weight[j])
+                                    << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim
+                                    << " n " << n << " head " << h << " weight " << j;
+                            }
+                            for (int d = 0; d < head_dim; ++d) {
+                                ASSERT_LE(std::fabs(out[h * head_dim + d] - out_ref[h * head_dim + d]),
+                                          b.out[d])
+                                    << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim
+                                    << " n " << n << " head " << h << " out " << d;
+                            }
+                        }
+                        ++compared;
                     }
-                    for (int d = 0; d < head_dim; ++d) {
-                        ASSERT_LE(std::fabs(out[d] - out_ref[d]), b.out[d])
-                            << v.name << " hd " << head_dim << " n " << n << " out " << d;
-                    }
-                    ++compared;
                 }
             }
         }
     }
-    EXPECT_GE(compared, 9 * 9 * 2 * 2);
+    EXPECT_GE(compared, 3 * 10 * 2 * 2);
 }
 
-TEST(Attend, ScoreRowReceivesExactlyTheReturnedWeights) {
+// A head's out and weights are the same bits alone (n_q = 1) as inside any group: callers split groups
+// across threads freely and rely on it for thread-count independence.
+TEST(Attend, HeadResultDoesNotDependOnTheGroup) {
     for (const variant& v : all_variants()) {
-        const int n_slots = 50;
-        const store s = make_store(16, n_slots, 31, 77);
-        std::vector<double> row(static_cast<size_t>(n_slots));
-        for (int i = 0; i < n_slots; ++i) row[i] = 0.125 * i + 1e-3;  // prior scores: += must keep them
-        const std::vector<double> before = row;
-        std::vector<float> out(16), w(31), out_null(16), w_null(31);
-        v.fn(s.q.data(), s.k.data(), s.v.data(), 16, s.slots.data(), 31, 0.25f, out.data(), w.data(),
-             row.data());
-        v.fn(s.q.data(), s.k.data(), s.v.data(), 16, s.slots.data(), 31, 0.25f, out_null.data(),
-             w_null.data(), nullptr);
-        // The bookkeeping must not change the attention itself.
-        EXPECT_EQ(std::memcmp(out.data(), out_null.data(), 16 * 4), 0) << v.name;
-        EXPECT_EQ(std::memcmp(w.data(), w_null.data(), 31 * 4), 0) << v.name;
-        std::vector<bool> attended(static_cast<size_t>(n_slots), false);
-        for (int j = 0; j < 31; ++j) {
-            attended[s.slots[j]] = true;
-            EXPECT_EQ(row[s.slots[j]], before[s.slots[j]] + static_cast<double>(w[j]))
-                << v.name << " slot " << j;
-        }
-        for (int i = 0; i < n_slots; ++i) {
-            if (!attended[i]) {
-                EXPECT_EQ(row[i], before[i]) << v.name << " slot " << i << " was not attended";
+        for (tensor_type type : kTypes) {
+            for (int head_dim : dims_for(type, {8, 24, 64, 128})) {
+                const int n_q = 7, n = 301;
+                const store s =
+                    make_store(type, head_dim, n_q, n + 20, n, static_cast<uint32_t>(head_dim + 11));
+                const float scale = 0.125f;
+                std::vector<float> out(static_cast<size_t>(n_q * head_dim)), w(static_cast<size_t>(n_q * n));
+                v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale, out.data(),
+                     w.data(), n, nullptr);
+                for (int h = 0; h < n_q; ++h) {
+                    std::vector<float> o1(static_cast<size_t>(head_dim)), w1(static_cast<size_t>(n));
+                    v.fn(s.q.data() + h * head_dim, 1, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n,
+                         scale, o1.data(), w1.data(), n, nullptr);
+                    EXPECT_EQ(std::memcmp(o1.data(), out.data() + h * head_dim, head_dim * sizeof(float)), 0)
+                        << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim << " head "
+                        << h;
+                    EXPECT_EQ(std::memcmp(w1.data(), w.data() + h * n, n * sizeof(float)), 0)
+                        << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim << " head "
+                        << h;
+                }
             }
         }
-        // A second head of the same GQA group accumulates on top, in call order.
-        const std::vector<double> after_first = row;
-        const store s2 = make_store(16, n_slots, 31, 78);
-        std::vector<float> w2(31);
-        v.fn(s2.q.data(), s.k.data(), s.v.data(), 16, s.slots.data(), 31, 0.25f, out.data(), w2.data(),
-             row.data());
-        for (int j = 0; j < 31; ++j) {
-            EXPECT_EQ(row[s.slots[j]], after_first[s.slots[j]] + static_cast<double>(w2[j])) << v.name;
+    }
+}
+
+TEST(Attend, ScoreRowReceivesExactlyTheReturnedWeightsInHeadOrder) {
+    for (const variant& v : all_variants()) {
+        for (tensor_type type : kTypes) {
+            const int n_slots = 50, n = 31, hd = 32, n_q = 3;
+            const store s = make_store(type, hd, n_q, n_slots, n, 77);
+            std::vector<double> row(static_cast<size_t>(n_slots));
+            for (int i = 0; i < n_slots; ++i) row[i] = 0.125 * i + 1e-3;  // prior scores: += must keep them
+            const std::vector<double> before = row;
+            std::vector<float> out(n_q * hd), w(n_q * n), out_null(n_q * hd), w_null(n_q * n);
+            v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out.data(), w.data(),
+                 n, row.data());
+            v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out_null.data(),
+                 w_null.data(), n, nullptr);
+            // The bookkeeping must not change the attention itself.
+            EXPECT_EQ(std::memcmp(out.data(), out_null.data(), out.size() * 4), 0) << v.name;
+            EXPECT_EQ(std::memcmp(w.data(), w_null.data(), w.size() * 4), 0) << v.name;
+            std::vector<bool> attended(static_cast<size_t>(n_slots), false);
+            for (int j = 0; j < n; ++j) {
+                attended[s.slots[j]] = true;
+                double expect = before[s.slots[j]];
+                for (int h = 0; h < n_q; ++h) expect += static_cast<double>(w[h * n + j]);
+                EXPECT_EQ(row[s.slots[j]], expect) << v.name << " slot " << j;
+            }
+            for (int i = 0; i < n_slots; ++i) {
+                if (!attended[i]) {
+                    EXPECT_EQ(row[i], before[i]) << v.name << " slot " << i << " was not attended";
+                }
+            }
         }
     }
 }
 
 TEST(Attend, EdgeCases) {
     for (const variant& v : all_variants()) {
-        // No slots: zero output, scratch and score_row untouched.
-        std::vector<float> out(8, 5.0f);
-        double row = 3.0;
-        const float q[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-        v.fn(q, q, q, 8, nullptr, 0, 1.0f, out.data(), nullptr, &row);
-        for (float o : out) EXPECT_EQ(o, 0.0f) << v.name;
-        EXPECT_EQ(row, 3.0) << v.name;
-        // One slot: weight exactly 1, output exactly v.
-        const store s = make_store(13, 4, 1, 5);
-        std::vector<float> o13(13), w1(1);
-        std::vector<double> r(4, 0.0);
-        v.fn(s.q.data(), s.k.data(), s.v.data(), 13, s.slots.data(), 1, 0.3f, o13.data(), w1.data(),
-             r.data());
-        EXPECT_EQ(w1[0], 1.0f) << v.name;
-        EXPECT_EQ(r[s.slots[0]], 1.0) << v.name;
-        for (int d = 0; d < 13; ++d) EXPECT_EQ(o13[d], s.v[s.slots[0] * 13 + d]) << v.name;
-        // Scores far apart: the losers underflow to 0 and the winner takes everything, without NaN.
-        const store big = make_store(8, 16, 16, 6, 400.0f);
-        std::vector<float> ob(8), wb(16);
-        v.fn(big.q.data(), big.k.data(), big.v.data(), 8, big.slots.data(), 16, 1.0f, ob.data(), wb.data(),
-             nullptr);
-        float sum = 0;
-        for (float x : wb) {
-            ASSERT_FALSE(std::isnan(x)) << v.name;
-            sum += x;
+        for (tensor_type type : kTypes) {
+            const std::string name = gguf::tensor_type_name(type);
+            // No slots: zero output, weights and score_row untouched.
+            const store none = make_store(type, 32, 2, 4, 0, 4);
+            std::vector<float> out(64, 5.0f);
+            double row = 3.0;
+            v.fn(none.q.data(), 2, none.k_rows(), none.v_rows(), 32, nullptr, 0, 1.0f, out.data(), nullptr, 0,
+                 &row);
+            for (float o : out) EXPECT_EQ(o, 0.0f) << v.name << " " << name;
+            EXPECT_EQ(row, 3.0) << v.name << " " << name;
+            // One slot: weight exactly 1, output exactly v's decoded row.
+            const int hd = attend_supports(type, 13) ? 13 : 32;
+            const store s = make_store(type, hd, 1, 4, 1, 5);
+            std::vector<float> o(static_cast<size_t>(hd)), w1(1);
+            std::vector<double> r(4, 0.0);
+            v.fn(s.q.data(), 1, s.k_rows(), s.v_rows(), hd, s.slots.data(), 1, 0.3f, o.data(), w1.data(), 1,
+                 r.data());
+            EXPECT_EQ(w1[0], 1.0f) << v.name << " " << name;
+            EXPECT_EQ(r[s.slots[0]], 1.0) << v.name << " " << name;
+            for (int d = 0; d < hd; ++d) EXPECT_EQ(o[d], s.vd(0, d)) << v.name << " " << name;
+            // Scores far apart: the losers underflow to 0 and the winner takes everything, without NaN.
+            const store big = make_store(type, 32, 1, 16, 16, 6, 400.0f);
+            std::vector<float> ob(32), wb(16);
+            v.fn(big.q.data(), 1, big.k_rows(), big.v_rows(), 32, big.slots.data(), 16, 1.0f, ob.data(),
+                 wb.data(), 16, nullptr);
+            float sum = 0;
+            for (float x : wb) {
+                ASSERT_FALSE(std::isnan(x)) << v.name << " " << name;
+                sum += x;
+            }
+            EXPECT_NEAR(sum, 1.0f, 1e-5f) << v.name << " " << name;
         }
-        EXPECT_NEAR(sum, 1.0f, 1e-5f) << v.name;
     }
 }
 

@@ -14,6 +14,12 @@ Usage:
   llama_ref.py --model M --text "Once upon a time" --generate 196        # greedy continuation, printed
   llama_ref.py --model M --text "Once upon a time" --print-ids           # the token ids (BOS first)
 
+--kv-type f32|f16|q8_0 stores K (after RoPE) and V rounded as the engine's KV cache stores them: f32 keeps
+the float64 values (the engine's f32 rounding is below this reference's tolerance), f16 rounds to the
+nearest binary16 (ties to even), q8_0 rounds each block of 32 as ggml's quantize_row_q8_0_ref does
+(d = max|x| / 127 stored as fp16, q = round-half-away(x / d) with the unrounded d, value fp16(d) * q).
+Attention then reads the rounded values.
+
 --out writes the logits of every processed position as float64 [n_tokens][n_vocab]; --trace writes one JSON
 line per chunk after its evictions: {"pos": last position of the chunk, "kept": [[positions of layer 0 KV
 head 0], [layer 0 KV head 1], ...]} (layer-major, sorted; coarser granularities repeat their shared set).
@@ -304,6 +310,29 @@ class Llama:
         return x
 
 
+# ---------------------------------------------------------------------------------------------- KV types
+
+KV_TYPES = ("f32", "f16", "q8_0")
+
+
+def round_kv(x, kv_type):
+    """x: [..][head_dim] float64 -> the values a `kv_type` cache stores, as float64."""
+    if kv_type == "f32":
+        return x
+    if kv_type == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    if kv_type == "q8_0":
+        if x.shape[-1] % 32:
+            raise PolicyError(f"q8_0 KV needs head_dim a multiple of 32, got {x.shape[-1]}")
+        b = x.reshape(-1, 32)
+        d = np.abs(b).max(axis=1, keepdims=True) / 127.0
+        inv = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
+        t = b * inv
+        q = np.sign(t) * np.floor(np.abs(t) + 0.5)  # roundf: halves away from zero
+        return (d.astype(np.float16).astype(np.float64) * q).reshape(x.shape)
+    raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
+
+
 # ------------------------------------------------------------------------------------------------ policy
 
 POLICIES = ("full", "window", "streaming", "h2o", "tova")
@@ -382,8 +411,13 @@ class Run:
     """The state of one run: K/V at every position, and per eviction unit a kept set with float64 scores."""
 
     def __init__(self, model, n_total, policy="full", budget=None, recent=0, sinks=0, decay=1.0,
-                 granularity="head"):
+                 granularity="head", kv_type="f32"):
         self.m = model
+        if kv_type not in KV_TYPES:
+            raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
+        if kv_type == "q8_0" and model.head_dim % 32:
+            raise PolicyError(f"q8_0 KV needs head_dim a multiple of 32, got {model.head_dim}")
+        self.kv_type = kv_type
         self.policy, self.budget, self.recent, self.sinks, self.decay = policy, budget, recent, sinks, decay
         if granularity not in GRANULARITIES:
             raise PolicyError(f"unknown granularity '{granularity}' (valid: {', '.join(GRANULARITIES)})")
@@ -417,8 +451,8 @@ class Run:
             q = m.rope((h @ w["attn_q"].T).reshape(C, m.n_head, m.head_dim), pos)
             k = m.rope((h @ w["attn_k"].T).reshape(C, m.n_kv, m.head_dim), pos)
             v = (h @ w["attn_v"].T).reshape(C, m.n_kv, m.head_dim)
-            self.k[li, c0:c1] = k
-            self.v[li, c0:c1] = v
+            self.k[li, c0:c1] = round_kv(k, self.kv_type)
+            self.v[li, c0:c1] = round_kv(v, self.kv_type)
             K = self.k[li, :c1]  # [c1][n_kv][hd]
             V = self.v[li, :c1]
             qg = q.reshape(C, m.n_kv, m.group, m.head_dim)  # query head h reads KV head h // group
@@ -525,6 +559,7 @@ def main(argv=None):
     ap.add_argument("--decay", type=float)
     ap.add_argument("--granularity", default="head")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
+    ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16 or q8_0")
     ap.add_argument("--generate", type=int, default=0, help="greedy-decode N tokens after the input")
     ap.add_argument("--out", help="write the logits of every processed position, float64 .npy")
     ap.add_argument("--trace", help="write the kept sets after every chunk, JSON lines")
@@ -562,7 +597,7 @@ def main(argv=None):
     n_total = len(tokens) + args.generate
     budget = resolve_budget(args.budget, n_total)
     budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay)
-    run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity)
+    run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity, args.kv_type)
     trace = open(args.trace, "w") if args.trace else None
     logits = []
 

@@ -8,7 +8,8 @@
 // exactly the run, whatever the model's trained context). Evicting policies allocate budget + prefill-chunk
 // slots per unit (the chunk's new tokens need room before its evictions), so --kv-prefill-chunk bounds
 // their KV bytes too. Each figure is reported as the median of the repeats with their min and max, with the
-// KV bytes allocated, the bytes a full cache of the run would take, and the process's peak RSS.
+// KV bytes allocated (at the --kv-type's element size), the bytes a full cache of the run would take in the
+// same type, and the process's peak RSS.
 //
 //   h2okv bench -m smollm.gguf -p 512 -n 128 --depth 2048 -t 2 --kv-policy h2o --kv-budget 0.2 --json
 #include <fmt/format.h>
@@ -133,8 +134,8 @@ int run_bench(const bench_options& o) {
     }
     const summary pf = summarize(prefill);
     const summary dc = summarize(decode);
-    const int64_t full_kv_bytes = 2 * int64_t{hp.n_layer} * hp.n_kv_head * hp.head_dim * run_length *
-                                  static_cast<int64_t>(sizeof(float));
+    const int64_t full_kv_bytes = 2 * int64_t{hp.n_layer} * hp.n_kv_head * run_length *
+                                  static_cast<int64_t>(kv::kv_row_bytes(sp->kv_type, hp.head_dim));
     const int64_t rss = peak_rss_bytes();
     const int threads = o.model.threads > 0 ? o.model.threads : omp_get_max_threads();
     if (o.json) {
@@ -142,6 +143,7 @@ int run_bench(const bench_options& o) {
             {"model", o.model.model_path},
             {"weight_bytes", lm->model->weight_bytes()},
             {"kv_policy", sp->kv.to_string()},
+            {"kv_type", kv::kv_type_name(sp->kv_type)},
             {"n_prompt", o.n_prompt},
             {"n_gen", o.n_gen},
             {"depth", o.depth},
@@ -167,9 +169,11 @@ int run_bench(const bench_options& o) {
     fmt::print("model: {} ({:.1f} MiB of matrices)\n", o.model.model_path,
                static_cast<double>(lm->model->weight_bytes()) / (1 << 20));
     fmt::print(
-        "kv policy: {}, threads: {}, kernels: {}, repeats: {}, run length {} (depth {} + p {} + n {})\n",
-        sp->kv.to_string(), threads, kernels::isa_name(kernels::active_isa()), o.repeats, run_length, o.depth,
-        o.n_prompt, o.n_gen);
+        "kv policy: {}, kv type: {}, threads: {}, kernels: {}, repeats: {}, run length {} (depth {} + p {} + "
+        "n "
+        "{})\n",
+        sp->kv.to_string(), kv::kv_type_name(sp->kv_type), threads, kernels::isa_name(kernels::active_isa()),
+        o.repeats, run_length, o.depth, o.n_prompt, o.n_gen);
     fmt::print("{:<10} {:>12} {:>12} {:>12}\n", "test", "t/s median", "min", "max");
     if (o.n_prompt > 0) {
         fmt::print("{:<10} {:>12.2f} {:>12.2f} {:>12.2f}\n", fmt::format("pp{}@d{}", o.n_prompt, o.depth),
@@ -179,7 +183,8 @@ int run_bench(const bench_options& o) {
         fmt::print("{:<10} {:>12.2f} {:>12.2f} {:>12.2f}\n", fmt::format("tg{}@d{}", o.n_gen, o.depth),
                    dc.median, dc.min, dc.max);
     }
-    fmt::print("kv bytes: {} allocated, {} for a full cache of the run ({:.3f}x)\n", kv_bytes, full_kv_bytes,
+    fmt::print("kv bytes: {} allocated (K and V in {}), {} for a full cache of the run ({:.3f}x)\n", kv_bytes,
+               kv::kv_type_name(sp->kv_type), full_kv_bytes,
                full_kv_bytes > 0 ? static_cast<double>(kv_bytes) / static_cast<double>(full_kv_bytes) : 0.0);
     fmt::print("peak rss: {:.1f} MiB\n", static_cast<double>(rss) / (1 << 20));
     return 0;

@@ -53,8 +53,8 @@ void print_stats(const engine::session& s, const engine::generation& g, int64_t 
     fmt::print(stderr, "kv kept: {} positions per unit on average ({} in all), evicted: {} ({} per unit)\n",
                static_cast<double>(s.cache().kept_total()) / units, s.cache().kept_total(),
                pol.total_evictions(), static_cast<double>(pol.total_evictions()) / units);
-    fmt::print(stderr, "kv bytes: {} allocated (K and V, f32); a full cache for this run: {} ({:.2f}x)\n",
-               s.cache().bytes(), full_bytes,
+    fmt::print(stderr, "kv bytes: {} allocated (K and V in {}); a full cache for this run: {} ({:.2f}x)\n",
+               s.cache().bytes(), kv::kv_type_name(s.cache().type()), full_bytes,
                s.cache().bytes() > 0
                    ? static_cast<double>(full_bytes) / static_cast<double>(s.cache().bytes())
                    : 0.0);
@@ -108,8 +108,9 @@ int run_generate(const generate_options& o) {
     if (!g.ok()) return fail(g.error());
 
     const auto& hp = lm->model->params();
-    const int64_t full_bytes = 2 * int64_t{hp.n_layer} * hp.n_kv_head * hp.head_dim * run_length *
-                               static_cast<int64_t>(sizeof(float));
+    const int64_t full_bytes =
+        2 * int64_t{hp.n_layer} * hp.n_kv_head * run_length *
+        static_cast<int64_t>(kv::kv_row_bytes((*session)->cache().type(), hp.head_dim));
     print_stats(**session, *g, full_bytes);
     return 0;
 }

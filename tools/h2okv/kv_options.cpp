@@ -36,6 +36,10 @@ void kv_options::add_to(CLI::App& cmd) {
     cmd.add_option("--kv-prefill-chunk", prefill_chunk,
                    "Prompt tokens per prefill chunk (evictions after each)")
         ->capture_default_str();
+    cmd.add_option("--kv-type", kv_type,
+                   "Element type of stored K and V: " + kv::kv_type_names() +
+                       " (q8_0: blocks of 32, needs head_dim a multiple of 32)")
+        ->capture_default_str();
 }
 
 result<policy::params> kv_options::to_params() const {
@@ -58,6 +62,9 @@ result<policy::params> kv_options::to_params() const {
 result<engine::session_params> kv_options::to_session_params(int64_t n_ctx) const {
     engine::session_params sp;
     H2OKV_ASSIGN_OR_RETURN(sp.kv, to_params());
+    auto type = kv::parse_kv_type(kv_type);
+    if (!type.ok()) return type.error().with_context("--kv-type");
+    sp.kv_type = *type;
     sp.prefill_chunk = prefill_chunk;
     sp.n_ctx = n_ctx;
     H2OKV_RETURN_IF_ERROR(sp.validate());

@@ -35,6 +35,7 @@ struct kv_options {
     std::optional<double> decay;
     std::string granularity = "head";
     int prefill_chunk = 512;
+    std::string kv_type = "f16";
 
     void add_to(CLI::App& cmd);
     result<policy::params> to_params() const;

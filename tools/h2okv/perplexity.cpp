@@ -78,6 +78,7 @@ int run_perplexity(const perplexity_options& o) {
                                 {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
                                 {"budget", budget},
                                 {"granularity", policy::granularity_name(sp.kv.gran)},
+                                {"kv_type", kv::kv_type_name(sp.kv_type)},
                                 {"chunk", o.kv.prefill_chunk},
                                 {"threads", omp_get_max_threads()},
                                 {"n_tokens", r->n_tokens},

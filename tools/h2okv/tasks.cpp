@@ -81,6 +81,7 @@ int run_tasks(const tasks_options& o) {
                                 {"budget_spec", budget_spec},
                                 {"mean_budget", r->mean_budget},
                                 {"granularity", policy::granularity_name(sp->kv.gran)},
+                                {"kv_type", kv::kv_type_name(sp->kv_type)},
                                 {"chunk", sp->prefill_chunk},
                                 {"n_ctx", o.model.n_ctx},
                                 {"threads", omp_get_max_threads()},

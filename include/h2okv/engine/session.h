@@ -23,9 +23,14 @@
 namespace h2okv::engine {
 
 struct session_params {
-    policy::params kv;        // the eviction policy and its parameters
-    int prefill_chunk = 512;  // tokens per prefill chunk (>= 1)
-    int64_t n_ctx = 0;        // context length; 0 takes the model's; bounds the run under `full`
+    // The eviction policy and its parameters.
+    policy::params kv;
+    // The element type K and V are stored in (f16 by default, as llama.cpp).
+    kv::kv_type kv_type = kv::kv_type::f16;
+    // Tokens per prefill chunk (>= 1).
+    int prefill_chunk = 512;
+    // Context length; 0 takes the model's; bounds the run under `full`.
+    int64_t n_ctx = 0;
     status validate() const;
 };
 

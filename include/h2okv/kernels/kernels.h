@@ -10,7 +10,8 @@
 //   using namespace h2okv::kernels;
 //   matrix_view w{gguf::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
 //   matmul(w, x, n_tok, y);                          // y: [n_tok][n_out]
-//   attend(q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, scratch, score_row);
+//   kv_rows k{gguf::tensor_type::f16, k_bytes, head_dim * 2}, v{gguf::tensor_type::f16, v_bytes, head_dim *
+//   2}; attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
 //
 // Determinism: every output element is computed by one thread with one fixed sequence of operations that
 // depends only on the active ISA and the element's own inputs (not on the thread count, the row block, or
@@ -95,16 +96,33 @@ void softmax(float* x, int n) noexcept;
 // out[i] = silu(gate[i]) * up[i] with silu(g) = g / (1 + exp(-g)); out may alias gate or up.
 void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 
-// Attention of one query row of one head over a slot-indexed K/V store.
-//   q: [head_dim]; k, v: base pointers of [n_slots][head_dim] f32 (row s at k + s*head_dim);
-//   slots[0..n): the slot indices to attend, in any order;
-//   s_j = scale * dot(q, k[slots[j]]);  w = softmax(s);  out[head_dim] = sum_j w_j * v[slots[j]].
-//   scratch: [n] floats; holds w on return.
-//   score_row: null, or a per-slot [n_slots] double row that receives score_row[slots[j]] += (double)w_j for
-//   every j (the H2O score bookkeeping fused into the same pass; slots must then be distinct).
-// n == 0 gives out = 0.
-void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
-            float scale, float* out, float* scratch, double* score_row) noexcept;
+// A slot-indexed K or V store of one KV head, as attend reads it: row s holds head_dim elements of `type` at
+// data + s * row_bytes. Types: f32, f16 (IEEE binary16) or q8_0 (ggml's blocks of 32, so head_dim must be a
+// multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
+struct kv_rows {
+    gguf::tensor_type type;
+    const std::byte* data;
+    size_t row_bytes;
+};
+
+// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 for
+// multiples of 32.
+bool attend_supports(gguf::tensor_type t, int head_dim) noexcept;
+
+// Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
+// one type); K and V are read once for all the heads.
+//   q: [n_q][head_dim]; slots[0..n): the slot indices to attend, in any order;
+//   for head i: s_ij = scale * dot(q_i, k[slots[j]]);  w_i = softmax(s_i);
+//   out: [n_q][head_dim], out[i] = sum_j w_ij * v[slots[j]].
+//   weights: head i's w_i[0..n) at weights + i * weights_stride on return.
+//   score_row: null, or a per-slot [n_slots] double row that receives score_row[slots[j]] += (double)w_ij
+//   for i = 0 .. n_q-1 in that order (the H2O score bookkeeping fused into the same pass; slots must then be
+//   distinct).
+// A head's out and weights are the same bits whatever n_q is and whatever the other heads are, so a caller
+// may split a group into parts freely. n == 0 gives out = 0.
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride,
+            double* score_row) noexcept;
 
 // The instruction sets kernels are compiled for. `best_isa()` is what the CPU supports, chosen at start-up
 // (avx512 over avx2 over reference); `set_isa` switches every dispatched kernel (for tests and benchmarks

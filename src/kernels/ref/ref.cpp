@@ -239,26 +239,4 @@ void swiglu(const float* gate, const float* up, int n, float* out) {
     }
 }
 
-void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
-            float scale, float* out, float* scratch, double* score_row) {
-    std::fill(out, out + head_dim, 0.0f);
-    if (n <= 0) return;
-    for (int j = 0; j < n; ++j) {
-        const float* kj = k + static_cast<int64_t>(slots[j]) * head_dim;
-        scratch[j] = static_cast<float>(static_cast<double>(scale) * dot_f32(q, kj, head_dim));
-    }
-    softmax(scratch, n);
-    for (int d = 0; d < head_dim; ++d) {
-        double acc = 0.0;
-        for (int j = 0; j < n; ++j) {
-            acc += static_cast<double>(scratch[j]) *
-                   static_cast<double>(v[static_cast<int64_t>(slots[j]) * head_dim + d]);
-        }
-        out[d] = static_cast<float>(acc);
-    }
-    if (score_row != nullptr) {
-        for (int j = 0; j < n; ++j) score_row[slots[j]] += static_cast<double>(scratch[j]);
-    }
-}
-
 }  // namespace h2okv::kernels::ref

@@ -22,7 +22,9 @@ void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p);
 void softmax(float* x, int n);
 void swiglu(const float* gate, const float* up, int n, float* out);
-void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
-            float scale, float* out, float* scratch, double* score_row);
+// kernels::attend (src/kernels/ref/attend_kv.cpp): K/V decoded element by element, dot products and sums in
+// double.
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
 
 }  // namespace h2okv::kernels::ref

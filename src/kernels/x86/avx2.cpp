@@ -326,83 +326,6 @@ H2OKV_AVX2 void scale_in_place(float* x, int n, float s) {
     for (; j < n; ++j) x[j] *= s;
 }
 
-// The eight sums of a0..a7's lanes, as one vector: [sum(a0), ..., sum(a7)].
-H2OKV_AVX2 inline __m256 hsum8(const __m256* a) {
-    const __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
-    const __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
-    const __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
-    const __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
-    const __m256 u0 = _mm256_hadd_ps(t0, t1);  // per 128-bit lane: partial sums of a0..a3
-    const __m256 u1 = _mm256_hadd_ps(t2, t3);  // ... and of a4..a7
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// dst[s] = scale * dot(q, row s) for the 8 rows k + slot[s]*hd. Each row has its own accumulator, so eight
-// independent FMA chains run side by side and one transpose-add reduces them; a row's result does not
-// depend on the other seven (callers pad a short batch by repeating a slot).
-H2OKV_AVX2 void scores8(const float* q, const float* k, int hd, const int32_t* slot, float scale,
-                        __m256i tail, float* dst) {
-    const float* rows[8];
-    for (int s = 0; s < 8; ++s) rows[s] = k + static_cast<int64_t>(slot[s]) * hd;
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) acc[s] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= hd; i += 8) {
-        const __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; ++s) acc[s] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(rows[s] + i), acc[s]);
-    }
-    if (i < hd) {
-        const __m256 qv = _mm256_maskload_ps(q + i, tail);
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; ++s)
-            acc[s] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(rows[s] + i, tail), acc[s]);
-    }
-    _mm256_storeu_ps(dst, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
-}
-
-// out[c .. c + 8*NC) += sum_j w[j] * v[slot_j][c ..] with the stripe held in NC registers across all slots;
-// the stripe's last chunk is loaded and stored through `last` (all lanes, or the head_dim tail).
-template <int NC>
-H2OKV_AVX2 void accumulate_stripe(float* out, const float* w, const float* v, int hd, const int32_t* slots,
-                                  int n, int c, __m256i last) {
-    __m256 acc[NC];
-#pragma GCC unroll 8
-    for (int u = 0; u < NC; ++u) acc[u] = _mm256_setzero_ps();
-    for (int j = 0; j < n; ++j) {
-        const float* row = v + static_cast<int64_t>(slots[j]) * hd + c;
-        const __m256 wv = _mm256_set1_ps(w[j]);
-#pragma GCC unroll 8
-        for (int u = 0; u + 1 < NC; ++u) acc[u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(row + 8 * u), acc[u]);
-        acc[NC - 1] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(row + 8 * (NC - 1), last), acc[NC - 1]);
-    }
-#pragma GCC unroll 8
-    for (int u = 0; u + 1 < NC; ++u) _mm256_storeu_ps(out + c + 8 * u, acc[u]);
-    _mm256_maskstore_ps(out + c + 8 * (NC - 1), last, acc[NC - 1]);
-}
-
-// out = sum_j w[j] * v[slots[j]], in stripes of up to 64 floats; every output element is one FMA chain over
-// j in order, whatever the stripe layout.
-H2OKV_AVX2 void weighted_sum(float* out, const float* w, const float* v, int hd, const int32_t* slots,
-                             int n) {
-    for (int c = 0; c < hd; c += 64) {
-        const int width = std::min(64, hd - c);
-        const int chunks = (width + 7) / 8;
-        const __m256i last = tail_mask(width - 8 * (chunks - 1));
-        switch (chunks) {
-            case 1: accumulate_stripe<1>(out, w, v, hd, slots, n, c, last); break;
-            case 2: accumulate_stripe<2>(out, w, v, hd, slots, n, c, last); break;
-            case 3: accumulate_stripe<3>(out, w, v, hd, slots, n, c, last); break;
-            case 4: accumulate_stripe<4>(out, w, v, hd, slots, n, c, last); break;
-            case 5: accumulate_stripe<5>(out, w, v, hd, slots, n, c, last); break;
-            case 6: accumulate_stripe<6>(out, w, v, hd, slots, n, c, last); break;
-            case 7: accumulate_stripe<7>(out, w, v, hd, slots, n, c, last); break;
-            default: accumulate_stripe<8>(out, w, v, hd, slots, n, c, last); break;
-        }
-    }
-}
-
 }  // namespace
 
 H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
@@ -462,29 +385,6 @@ H2OKV_AVX2 void softmax(float* x, int n) {
     const float m = max_of(x, n);
     const float sum = exp_shifted_sum(x, n, m);
     scale_in_place(x, n, 1.0f / sum);
-}
-
-H2OKV_AVX2 void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots,
-                       int n, float scale, float* out, float* scratch, double* score_row) {
-    if (n <= 0) {
-        std::fill(out, out + head_dim, 0.0f);
-        return;
-    }
-    const __m256i tail = tail_mask(head_dim % 8);
-    int j = 0;
-    for (; j + 8 <= n; j += 8) scores8(q, k, head_dim, slots + j, scale, tail, scratch + j);
-    if (j < n) {
-        int32_t pad[8];
-        float s8[8];
-        for (int s = 0; s < 8; ++s) pad[s] = slots[std::min(j + s, n - 1)];
-        scores8(q, k, head_dim, pad, scale, tail, s8);
-        std::memcpy(scratch + j, s8, static_cast<size_t>(n - j) * sizeof(float));
-    }
-    softmax(scratch, n);
-    weighted_sum(out, scratch, v, head_dim, slots, n);
-    if (score_row != nullptr) {
-        for (int i = 0; i < n; ++i) score_row[slots[i]] += static_cast<double>(scratch[i]);
-    }
 }
 
 }  // namespace h2okv::kernels::avx2

@@ -19,7 +19,9 @@ void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float*
 void exp_nonpositive(const float* x, int n, float* out);
 // exp(x - max) with an 8-lane polynomial exp, lane sums in float, then normalised.
 void softmax(float* x, int n);
-void attend(const float* q, const float* k, const float* v, int head_dim, const int32_t* slots, int n,
-            float scale, float* out, float* scratch, double* score_row);
+// kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0 decoded exactly
+// (d * q in f32), each head's dot products and weighted sums as float FMA chains.
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
 
 }  // namespace h2okv::kernels::avx2

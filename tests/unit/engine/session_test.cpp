@@ -4,7 +4,9 @@
 #include "h2okv/engine/session.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -13,6 +15,7 @@
 #include "h2okv/engine/generate.h"
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/model.h"
+#include "h2okv/model/synth.h"
 #include "test_support.h"
 
 namespace h2okv {
@@ -30,11 +33,14 @@ std::vector<int32_t> random_tokens(int n, uint32_t seed) {
 }
 
 // Logits of every position, the prompt processed in chunks of `chunk`.
-std::vector<float> run_all(const policy::params& p, int chunk, const std::vector<int32_t>& tokens) {
+std::vector<float> run_all(const policy::params& p, int chunk, const std::vector<int32_t>& tokens,
+                           kv::kv_type type = kv::kv_type::f16, const model::model* m = nullptr) {
     engine::session_params sp;
     sp.kv = p;
     sp.prefill_chunk = chunk;
-    auto s = engine::session::create(*stories().model, sp, static_cast<int64_t>(tokens.size()));
+    sp.kv_type = type;
+    auto s = engine::session::create(const_cast<model::model&>(m != nullptr ? *m : *stories().model), sp,
+                                     static_cast<int64_t>(tokens.size()));
     EXPECT_TRUE(s.ok()) << s.error().to_string();
     if (!s.ok()) return {};
     std::vector<float> logits;
@@ -53,23 +59,105 @@ policy::params make(const std::string& name, int64_t budget, policy::granularity
 
 TEST(Session, BudgetHoldingTheRunIsBitIdenticalToFull) {
     const auto tokens = random_tokens(70, 7);
-    for (int chunk : {1, 7, 64, 70}) {
-        const auto full = run_all(make("full", 0, policy::granularity::head), chunk, tokens);
-        ASSERT_EQ(full.size(), tokens.size() * 512);
-        for (const std::string name : {"window", "streaming", "h2o", "tova"}) {
-            for (auto g :
-                 {policy::granularity::head, policy::granularity::layer, policy::granularity::model}) {
-                for (int64_t budget : {70, 100}) {
-                    const auto got = run_all(make(name, budget, g), chunk, tokens);
-                    ASSERT_EQ(got.size(), full.size());
-                    size_t mismatches = 0;
-                    for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != full[i];
-                    EXPECT_EQ(mismatches, 0u) << name << " budget " << budget << " granularity "
-                                              << policy::granularity_name(g) << " chunk " << chunk;
+    for (auto type : {kv::kv_type::f16, kv::kv_type::f32}) {
+        for (int chunk : {1, 7, 64, 70}) {
+            const auto full = run_all(make("full", 0, policy::granularity::head), chunk, tokens, type);
+            ASSERT_EQ(full.size(), tokens.size() * 512);
+            for (const std::string name : {"window", "streaming", "h2o", "tova"}) {
+                for (auto g :
+                     {policy::granularity::head, policy::granularity::layer, policy::granularity::model}) {
+                    for (int64_t budget : {70, 100}) {
+                        const auto got = run_all(make(name, budget, g), chunk, tokens, type);
+                        ASSERT_EQ(got.size(), full.size());
+                        size_t mismatches = 0;
+                        for (size_t i = 0; i < got.size(); ++i) mismatches += got[i] != full[i];
+                        EXPECT_EQ(mismatches, 0u)
+                            << name << " budget " << budget << " granularity " << policy::granularity_name(g)
+                            << " chunk " << chunk << " kv " << kv::kv_type_name(type);
+                    }
                 }
             }
         }
     }
+}
+
+// KV types on a synthetic model with head_dim 64 and GQA 4 (q8_0 needs head_dim a multiple of 32): the
+// cache's bytes are the type's, a budget holding the run is bit-identical to full, the rounding changes the
+// logits (f16 and q8_0 differ from f32, little), and two threads give the same bits as one.
+TEST(Session, KvTypesOnASyntheticModel) {
+    auto bytes = model::synthesize_llama({256, 2, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::f32, 9);
+    ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
+    auto file = gguf::file::parse(bytes->data(), bytes->size());
+    ASSERT_TRUE(file.ok()) << file.error().to_string();
+    auto m = model::model::load(**file);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    std::mt19937 rng(3);
+    std::vector<int32_t> tokens{1};
+    while (tokens.size() < 48) tokens.push_back(static_cast<int32_t>(3 + rng() % 297));
+    const auto full_f32 =
+        run_all(make("full", 0, policy::granularity::head), 8, tokens, kv::kv_type::f32, m->get());
+    for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0}) {
+        SCOPED_TRACE(kv::kv_type_name(type));
+        engine::session_params sp;
+        sp.kv_type = type;
+        auto s = engine::session::create(**m, sp, 48);
+        ASSERT_TRUE(s.ok()) << s.error().to_string();
+        // 2 layers x 1 KV head x 48 slots x K and V.
+        EXPECT_EQ((*s)->cache().bytes(), static_cast<int64_t>(2 * 48 * 2 * kv::kv_row_bytes(type, 64)));
+        EXPECT_EQ(kv::kv_row_bytes(type, 64), type == kv::kv_type::f32   ? 256u
+                                              : type == kv::kv_type::f16 ? 128u
+                                                                         : 68u);
+
+        const auto full = run_all(make("full", 0, policy::granularity::head), 8, tokens, type, m->get());
+        for (const std::string name : {"h2o", "tova", "window"}) {
+            EXPECT_EQ(run_all(make(name, 48, policy::granularity::head), 8, tokens, type, m->get()), full)
+                << name;
+        }
+        double worst = 0.0, largest = 0.0;
+        for (size_t i = 0; i < full.size(); ++i) {
+            worst = std::max(worst, static_cast<double>(std::fabs(full[i] - full_f32[i])));
+            largest = std::max(largest, static_cast<double>(std::fabs(full_f32[i])));
+        }
+        if (type == kv::kv_type::f32) {
+            EXPECT_EQ(worst, 0.0);
+        } else {
+            EXPECT_GT(worst, 0.0) << "the stored K/V are rounded";
+            EXPECT_LT(worst, 0.05 * largest) << "and only a little";
+        }
+
+        omp_set_num_threads(2);
+        for (const std::string name : {"full", "h2o"}) {
+            const auto p = make(name, 20, policy::granularity::head);
+            const auto two = run_all(p, 16, tokens, type, m->get());
+            omp_set_num_threads(1);
+            const auto one = run_all(p, 16, tokens, type, m->get());
+            omp_set_num_threads(2);
+            EXPECT_EQ(one, two) << name << ": thread count changed the logits";
+        }
+        omp_set_num_threads(1);
+    }
+}
+
+TEST(Session, Q8_0KvNeedsHeadDimAMultipleOf32) {
+    engine::session_params sp;
+    sp.kv_type = kv::kv_type::q8_0;
+    auto s = engine::session::create(*stories().model, sp, 16);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code(), status_code::invalid_argument);
+    EXPECT_NE(s.error().message().find("q8_0"), std::string::npos) << s.error().message();
+    EXPECT_NE(s.error().message().find("head_dim is 8"), std::string::npos) << s.error().message();
+}
+
+TEST(Session, KvTypeNames) {
+    for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0}) {
+        auto parsed = kv::parse_kv_type(kv::kv_type_name(type));
+        ASSERT_TRUE(parsed.ok());
+        EXPECT_EQ(*parsed, type);
+    }
+    auto bad = kv::parse_kv_type("q4_0");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message().find("f32, f16, q8_0"), std::string::npos) << bad.error().message();
+    EXPECT_EQ(engine::session_params{}.kv_type, kv::kv_type::f16) << "f16 is the default";
 }
 
 TEST(Session, ChunkingDoesNotChangeFullCacheLogits) {

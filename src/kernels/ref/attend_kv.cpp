@@ -1,0 +1,69 @@
+// The reference attention over f32, f16 and q8_0 K/V rows: every element decoded on its own (the values
+// dequantize_row defines), dot products and weighted sums in double, one head after the other.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/blocks.h"
+#include "kernels/half.h"
+#include "kernels/ref/ref.h"
+
+namespace h2okv::kernels::ref {
+namespace {
+
+// Element d of row `slot`.
+double element(const kv_rows& r, int32_t slot, int d) {
+    const std::byte* row = r.data + static_cast<size_t>(slot) * r.row_bytes;
+    switch (r.type) {
+        case gguf::tensor_type::f16: {
+            uint16_t h;
+            std::memcpy(&h, row + 2 * static_cast<size_t>(d), 2);
+            return detail::half_to_float(h);
+        }
+        case gguf::tensor_type::q8_0: {
+            const std::byte* block = row + static_cast<size_t>(d / detail::q8_0_elems) * detail::q8_0_bytes;
+            uint16_t h;
+            std::memcpy(&h, block, 2);
+            const auto q = static_cast<int8_t>(block[2 + d % detail::q8_0_elems]);
+            // d * q is exact in float (11 by 8 significant bits), as dequantize_row computes it.
+            return detail::half_to_float(h) * static_cast<float>(q);
+        }
+        default: {
+            float f;
+            std::memcpy(&f, row + 4 * static_cast<size_t>(d), 4);
+            return f;
+        }
+    }
+}
+
+}  // namespace
+
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row) {
+    std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
+    if (n <= 0) return;
+    for (int h = 0; h < n_q; ++h) {
+        const float* qh = q + static_cast<size_t>(h) * head_dim;
+        float* w = weights + static_cast<size_t>(h) * weights_stride;
+        for (int j = 0; j < n; ++j) {
+            double dot = 0.0;
+            for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * element(k, slots[j], d);
+            w[j] = static_cast<float>(static_cast<double>(scale) * dot);
+        }
+        softmax(w, n);
+        float* o = out + static_cast<size_t>(h) * head_dim;
+        for (int d = 0; d < head_dim; ++d) {
+            double acc = 0.0;
+            for (int j = 0; j < n; ++j) acc += static_cast<double>(w[j]) * element(v, slots[j], d);
+            o[d] = static_cast<float>(acc);
+        }
+    }
+    if (score_row != nullptr) {
+        for (int j = 0; j < n; ++j) {
+            for (int h = 0; h < n_q; ++h)
+                score_row[slots[j]] +=
+                    static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+        }
+    }
+}
+
+}  // namespace h2okv::kernels::ref

@@ -1,0 +1,210 @@
+// AVX2 + FMA + F16C attention over f32, f16 and q8_0 K/V rows (kernels::attend's contract). The query heads
+// of a GQA group are taken up to three at a time: each K or V chunk is loaded and converted once and feeds
+// every head's accumulators. Every accumulator belongs to one (head, slot) or one (head, output element), so
+// a head's bits do not depend on how many heads share the pass. head_dim not a multiple of 8 goes to the
+// reference kernel (no model in use has one).
+#include "kernels/blocks.h"
+#include "kernels/dispatch.h"
+#include "kernels/ref/ref.h"
+#include "kernels/x86/avx2.h"
+
+#ifdef H2OKV_KERNELS_X86
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#define H2OKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace h2okv::kernels::avx2 {
+namespace {
+
+// Loaders of the 8 elements i .. i+7 (i a multiple of 8) of a K/V row as floats.
+struct f32_rows {
+    H2OKV_AVX2 static __m256 load(const std::byte* row, int i) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+    }
+};
+
+struct f16_rows {
+    H2OKV_AVX2 static __m256 load(const std::byte* row, int i) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    }
+};
+
+struct q8_0_rows {
+    // d * q, exact in float: the values dequantize_row gives.
+    H2OKV_AVX2 static __m256 load(const std::byte* row, int i) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q8_0_elems) * detail::q8_0_bytes;
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+        const __m128i q =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + i % detail::q8_0_elems));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    }
+};
+
+// The four sums of a[0..3]'s lanes: ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) each.
+H2OKV_AVX2 inline __m128 hsum4(const __m256* a) {
+    const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+// w[h][j0 + s] = scale * dot(q_h, row s) for the S (4 or 8) rows at slots[0..S) and the NQ heads. Each
+// (head, slot) has its own FMA chain over the row in order and the hsum4 tree; a short batch (count < S) is
+// padded by repeating its last slot and only `count` results are stored.
+template <typename Rows, int NQ, int S>
+H2OKV_AVX2 void scores(const float* q, const kv_rows& k, int hd, const int32_t* slots, int count, float scale,
+                       float* w, size_t w_stride) {
+    const std::byte* rows[S];
+    for (int s = 0; s < S; ++s)
+        rows[s] = k.data + static_cast<size_t>(slots[std::min(s, count - 1)]) * k.row_bytes;
+    __m256 acc[NQ][S];
+#pragma GCC unroll 8
+    for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 8
+        for (int s = 0; s < S; ++s) acc[h][s] = _mm256_setzero_ps();
+    }
+    for (int i = 0; i < hd; i += 8) {
+#pragma GCC unroll 8
+        for (int s = 0; s < S; ++s) {
+            const __m256 kv = Rows::load(rows[s], i);
+#pragma GCC unroll 4
+            for (int h = 0; h < NQ; ++h)
+                acc[h][s] =
+                    _mm256_fmadd_ps(_mm256_loadu_ps(q + static_cast<size_t>(h) * hd + i), kv, acc[h][s]);
+        }
+    }
+    const __m128 sv = _mm_set1_ps(scale);
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; ++h) {
+        alignas(16) float r[S];
+#pragma GCC unroll 2
+        for (int b = 0; b < S; b += 4) _mm_store_ps(r + b, _mm_mul_ps(hsum4(&acc[h][b]), sv));
+        std::memcpy(w + static_cast<size_t>(h) * w_stride, r, sizeof(float) * static_cast<size_t>(count));
+    }
+}
+
+// Slots per block of the weighted sum: a block's V rows (16 KiB of f16 at head_dim 64) stay in L1 while
+// every stripe of the output passes over them.
+constexpr int v_block = 128;
+
+// out[h][c .. c + 8*NC) += sum_{j in [j0, j1)} w[h][j] * v[slots[j]][c ..] for the NQ heads, the stripe's
+// accumulators held in registers across the block (loaded from and stored back to out, which is exact).
+template <typename Rows, int NQ, int NC>
+H2OKV_AVX2 void stripe(float* out, const float* w, size_t w_stride, const kv_rows& v, int hd,
+                       const int32_t* slots, int j0, int j1, int c) {
+    __m256 acc[NQ][NC];
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 8
+        for (int u = 0; u < NC; ++u)
+            acc[h][u] = _mm256_loadu_ps(out + static_cast<size_t>(h) * hd + c + 8 * u);
+    }
+    for (int j = j0; j < j1; ++j) {
+        const std::byte* row = v.data + static_cast<size_t>(slots[j]) * v.row_bytes;
+        __m256 wv[NQ];
+#pragma GCC unroll 4
+        for (int h = 0; h < NQ; ++h) wv[h] = _mm256_set1_ps(w[static_cast<size_t>(h) * w_stride + j]);
+#pragma GCC unroll 8
+        for (int u = 0; u < NC; ++u) {
+            const __m256 x = Rows::load(row, c + 8 * u);
+#pragma GCC unroll 4
+            for (int h = 0; h < NQ; ++h) acc[h][u] = _mm256_fmadd_ps(wv[h], x, acc[h][u]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < NQ; ++h) {
+#pragma GCC unroll 8
+        for (int u = 0; u < NC; ++u)
+            _mm256_storeu_ps(out + static_cast<size_t>(h) * hd + c + 8 * u, acc[h][u]);
+    }
+}
+
+// Stripes of NC chunks; the last stripe of a head_dim that NC*8 does not divide has fewer.
+template <typename Rows, int NQ, int NC>
+H2OKV_AVX2 void stripe_any(float* out, const float* w, size_t w_stride, const kv_rows& v, int hd,
+                           const int32_t* slots, int j0, int j1, int c, int chunks) {
+    if constexpr (NC == 1) {
+        stripe<Rows, NQ, 1>(out, w, w_stride, v, hd, slots, j0, j1, c);
+    } else {
+        if (chunks >= NC) {
+            stripe<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c);
+        } else {
+            stripe_any<Rows, NQ, NC - 1>(out, w, w_stride, v, hd, slots, j0, j1, c, chunks);
+        }
+    }
+}
+
+// One pass over the slots for NQ heads: scores, softmax per head, weighted sum. q, out: [NQ][hd].
+template <typename Rows, int NQ>
+H2OKV_AVX2 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v, int hd, const int32_t* slots,
+                             int n, float scale, float* out, float* w, size_t w_stride) {
+    constexpr int S = NQ == 1 ? 8 : 4;  // (head, slot) chains in flight: 8 or 12
+    for (int j = 0; j < n; j += S)
+        scores<Rows, NQ, S>(q, k, hd, slots + j, std::min(S, n - j), scale, w + j, w_stride);
+    for (int h = 0; h < NQ; ++h) softmax(w + static_cast<size_t>(h) * w_stride, n);
+    std::fill(out, out + static_cast<size_t>(NQ) * hd, 0.0f);
+    constexpr int NC = NQ == 1 ? 8 : 4;  // output chunks per stripe: 8 or 12 accumulators
+    for (int j0 = 0; j0 < n; j0 += v_block) {
+        const int j1 = std::min(n, j0 + v_block);
+        for (int c = 0; c < hd; c += 8 * NC)
+            stripe_any<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c, (hd - c) / 8);
+    }
+}
+
+template <typename Rows>
+H2OKV_AVX2 void attend_rows(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hd,
+                            const int32_t* slots, int n, float scale, float* out, float* w, size_t w_stride) {
+    for (int h = 0; h < n_q; h += 3) {
+        const size_t off = static_cast<size_t>(h) * hd;
+        float* wh = w + static_cast<size_t>(h) * w_stride;
+        switch (std::min(3, n_q - h)) {
+            case 1: attend_heads<Rows, 1>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride); break;
+            case 2: attend_heads<Rows, 2>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride); break;
+            default:
+                attend_heads<Rows, 3>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                break;
+        }
+    }
+}
+
+}  // namespace
+
+H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                       const int32_t* slots, int n, float scale, float* out, float* weights,
+                       size_t weights_stride, double* score_row) {
+    if (head_dim % 8 != 0) {
+        ref::attend(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row);
+        return;
+    }
+    if (n <= 0) {
+        std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
+        return;
+    }
+    // K and V share the type (one kv_cache holds both).
+    switch (k.type) {
+        case gguf::tensor_type::f16:
+            attend_rows<f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
+            break;
+        case gguf::tensor_type::q8_0:
+            attend_rows<q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
+            break;
+        default:
+            attend_rows<f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
+            break;
+    }
+    if (score_row != nullptr) {
+        for (int j = 0; j < n; ++j) {
+            for (int h = 0; h < n_q; ++h)
+                score_row[slots[j]] +=
+                    static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+        }
+    }
+}
+
+}  // namespace h2okv::kernels::avx2
+
+#endif  // H2OKV_KERNELS_X86
