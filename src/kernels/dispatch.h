@@ -17,6 +17,8 @@ struct kernel_table {
     void (*attend)(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                    const int32_t* slots, int n, float scale, float* out, float* weights,
                    size_t weights_stride, double* score_row);
+    void (*rmsnorm)(const float* x, const float* w, int n, float eps, float* out);
+    void (*swiglu)(const float* gate, const float* up, int n, float* out);
 };
 
 const kernel_table& reference_table();

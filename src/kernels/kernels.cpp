@@ -45,7 +45,7 @@ namespace detail {
 
 const kernel_table& reference_table() {
     static const kernel_table t{isa::reference, &ref::matmul_rows, &ref::dequantize_row, &ref::softmax,
-                                &ref::attend};
+                                &ref::attend,   &ref::rmsnorm,     &ref::swiglu};
     return t;
 }
 
@@ -119,7 +119,7 @@ void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) 
 }
 
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) noexcept {
-    ref::rmsnorm(x, w, n, eps, out);
+    table().rmsnorm(x, w, n, eps, out);
 }
 
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base,
@@ -141,7 +141,7 @@ void softmax(float* x, int n) noexcept {
 }
 
 void swiglu(const float* gate, const float* up, int n, float* out) noexcept {
-    ref::swiglu(gate, up, n, out);
+    table().swiglu(gate, up, n, out);
 }
 
 bool attend_supports(tensor_type t, int head_dim) noexcept {

@@ -1,10 +1,12 @@
-// rmsnorm, rope, softmax, swiglu against direct formulas evaluated in long double, and the SIMD softmax
-// against the reference.
+// rmsnorm, rope, softmax, swiglu (reference and SIMD variants) against direct formulas evaluated in long
+// double, and the SIMD softmax against the reference.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "h2okv/kernels/kernels.h"
@@ -22,26 +24,51 @@ using test_support::gamma_k;
 using test_support::random_floats;
 constexpr double u = test_support::unit_roundoff;
 
+using rmsnorm_fn = void (*)(const float*, const float*, int, float, float*);
+using swiglu_fn = void (*)(const float*, const float*, int, float*);
+
+// The reference and every SIMD variant this CPU runs, by name.
+template <typename Fn>
+std::vector<std::pair<const char*, Fn>> variants(Fn reference, [[maybe_unused]] Fn simd) {
+    std::vector<std::pair<const char*, Fn>> v{{"reference", reference}};
+#ifdef H2OKV_KERNELS_X86
+    if (detail::cpu_has_avx2()) v.emplace_back("avx2", simd);
+#endif
+    return v;
+}
+
+#ifdef H2OKV_KERNELS_X86
+const auto rmsnorm_variants = variants<rmsnorm_fn>(&ref::rmsnorm, &avx2::rmsnorm);
+const auto swiglu_variants = variants<swiglu_fn>(&ref::swiglu, &avx2::swiglu);
+#else
+const auto rmsnorm_variants = variants<rmsnorm_fn>(&ref::rmsnorm, nullptr);
+const auto swiglu_variants = variants<swiglu_fn>(&ref::swiglu, nullptr);
+#endif
+
 TEST(Rmsnorm, MatchesFormula) {
-    for (int n : {1, 2, 7, 64, 100, 257, 2048}) {
-        const std::vector<float> x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 3.0f);
-        const std::vector<float> w = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1));
-        const float eps = 1e-5f;
-        std::vector<float> out(static_cast<size_t>(n));
-        rmsnorm(x.data(), w.data(), n, eps, out.data());
-        long double ss = 0;
-        for (float v : x) ss += static_cast<long double>(v) * v;
-        const long double s = 1.0L / std::sqrt(ss / n + static_cast<long double>(eps));
-        for (int i = 0; i < n; ++i) {
-            const long double exact = x[i] * s * w[i];
-            // The scale rounds once to float, then two float multiplications: 3 roundings (+1 of slack for
-            // the double sum and square root, far below u).
-            ASSERT_LE(std::fabs(out[i] - exact), gamma_k(4) * std::fabs(exact) + 1e-37)
-                << "n " << n << " i " << i;
+    for (const auto& [name, fn] : rmsnorm_variants) {
+        for (int n : {1, 2, 7, 64, 100, 257, 2048}) {
+            const std::vector<float> x =
+                random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 3.0f);
+            const std::vector<float> w = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1));
+            const float eps = 1e-5f;
+            std::vector<float> out(static_cast<size_t>(n));
+            fn(x.data(), w.data(), n, eps, out.data());
+            long double ss = 0;
+            for (float v : x) ss += static_cast<long double>(v) * v;
+            const long double s = 1.0L / std::sqrt(ss / n + static_cast<long double>(eps));
+            for (int i = 0; i < n; ++i) {
+                const long double exact = x[i] * s * w[i];
+                // The scale rounds once to float, then two float multiplications: 3 roundings (+1 of slack
+                // for the double sum, in any order, and square root, far below u).
+                ASSERT_LE(std::fabs(out[i] - exact), gamma_k(4) * std::fabs(exact) + 1e-37)
+                    << name << " n " << n << " i " << i;
+            }
+            std::vector<float> in_place = x;
+            fn(in_place.data(), w.data(), n, eps, in_place.data());
+            EXPECT_EQ(std::memcmp(in_place.data(), out.data(), out.size() * 4), 0)
+                << name << " aliasing out = x";
         }
-        std::vector<float> in_place = x;
-        rmsnorm(in_place.data(), w.data(), n, eps, in_place.data());
-        EXPECT_EQ(std::memcmp(in_place.data(), out.data(), out.size() * 4), 0) << "aliasing out = x";
     }
 }
 
@@ -225,19 +252,34 @@ TEST(Swiglu, MatchesFormula) {
     gate[0] = -100.0f;  // exp(100) overflows float: silu must still go to -0, not NaN
     gate[1] = 100.0f;
     gate[2] = 0.0f;
-    std::vector<float> out(1000);
-    swiglu(gate.data(), up.data(), 1000, out.data());
-    for (int i = 0; i < 1000; ++i) {
-        const long double g = gate[i];
-        const long double exact = g / (1.0L + std::exp(-g)) * up[i];
-        // expf (1u), 1 + e (1u), the division (1u), the product (1u), +1u slack for expf's error amplified by
-        // e / (1 + e) <= 1.
-        ASSERT_LE(std::fabs(out[i] - exact), gamma_k(5) * std::fabs(exact) + 1e-37)
-            << i << " gate " << gate[i];
+    gate[3] = -0.0f;
+    gate[4] = -87.5f;  // around the polynomial exp's underflow cut
+    gate[5] = 88.0f;
+    for (const auto& [name, fn] : swiglu_variants) {
+        // The reference: expf (1u), 1 + e (1u), the division (1u), the product (1u), +1u slack for expf's
+        // error amplified by e / (1 + e) <= 1. The SIMD variant: its polynomial exp (exp_rel_error, passed on
+        // at most once by e / (1 + e) or 1 / (1 + e)), 1 + e, the division and two products (4u).
+        const double bound = std::string(name) == "reference" ? gamma_k(5) : gamma_k(4) + exp_rel_error;
+        for (int n : {1000, 7, 13}) {
+            std::vector<float> out(static_cast<size_t>(n));
+            fn(gate.data(), up.data(), n, out.data());
+            for (int i = 0; i < n; ++i) {
+                const long double g = gate[i];
+                const long double exact = g / (1.0L + std::exp(-g)) * up[i];
+                // The polynomial exp gives 0 below -87, so the SIMD variant flushes silu(g) * up to 0 for
+                // g < -87, an absolute error under |g * up| * exp(-87).
+                const double flush = std::string(name) == "reference" || gate[i] >= -87.0f
+                                         ? 0.0
+                                         : std::fabs(static_cast<double>(gate[i]) * up[i]) * std::exp(-87.0);
+                ASSERT_LE(std::fabs(out[i] - exact), bound * std::fabs(exact) + 1e-37 + flush)
+                    << name << " " << i << " gate " << gate[i];
+            }
+            std::vector<float> aliased(gate.begin(), gate.begin() + n);
+            fn(aliased.data(), up.data(), n, aliased.data());
+            EXPECT_EQ(std::memcmp(aliased.data(), out.data(), static_cast<size_t>(n) * 4), 0)
+                << name << " aliasing out = gate";
+        }
     }
-    std::vector<float> aliased = gate;
-    swiglu(aliased.data(), up.data(), 1000, aliased.data());
-    EXPECT_EQ(std::memcmp(aliased.data(), out.data(), 4000), 0) << "aliasing out = gate";
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -326,6 +327,15 @@ H2OKV_AVX2 void scale_in_place(float* x, int n, float s) {
     for (; j < n; ++j) x[j] *= s;
 }
 
+// silu(g) * u for 8 lanes. The polynomial exp takes non-positive arguments, so the sigmoid is formed from
+// e = exp(-|g|): 1 / (1 + e) for g >= 0 and e / (1 + e) for g < 0 (chosen by g's sign bit).
+H2OKV_AVX2 inline __m256 swiglu8(__m256 g, __m256 up) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 e = exp_nonpositive(_mm256_or_ps(g, _mm256_set1_ps(-0.0f)));
+    const __m256 sigmoid = _mm256_div_ps(_mm256_blendv_ps(one, e, g), _mm256_add_ps(one, e));
+    return _mm256_mul_ps(_mm256_mul_ps(g, sigmoid), up);
+}
+
 }  // namespace
 
 H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
@@ -371,6 +381,43 @@ H2OKV_AVX2 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, f
     }
 }
 
+H2OKV_AVX2 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+    // Squares of floats are exact in double, so only the order of the double additions differs from the
+    // reference.
+    __m256d acc0 = _mm256_setzero_pd();
+    __m256d acc1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+        const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+        acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+    }
+    const __m256d acc = _mm256_add_pd(acc0, acc1);
+    __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(acc), _mm256_extractf128_pd(acc, 1));
+    double ss = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+    for (int j = i; j < n; ++j) ss += static_cast<double>(x[j]) * static_cast<double>(x[j]);
+    const auto s = static_cast<float>(1.0 / std::sqrt(ss / n + static_cast<double>(eps)));
+    const __m256 sv = _mm256_set1_ps(s);
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), sv), _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(out + i, y);
+    }
+    for (; i < n; ++i) out[i] = x[i] * s * w[i];
+}
+
+H2OKV_AVX2 void swiglu(const float* gate, const float* up, int n, float* out) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        const __m256i mask = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, mask,
+                            swiglu8(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask)));
+    }
+}
+
 H2OKV_AVX2 void exp_nonpositive(const float* x, int n, float* out) {
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp_nonpositive(_mm256_loadu_ps(x + i)));
@@ -406,8 +453,8 @@ bool cpu_has_avx2() {
 }
 
 const kernel_table& avx2_table() {
-    static const kernel_table t{isa::avx2, &avx2::matmul_rows, &avx2::dequantize_row, &avx2::softmax,
-                                &avx2::attend};
+    static const kernel_table t{isa::avx2,     &avx2::matmul_rows, &avx2::dequantize_row, &avx2::softmax,
+                                &avx2::attend, &avx2::rmsnorm,     &avx2::swiglu};
     return t;
 }
 

@@ -19,6 +19,11 @@ void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float*
 void exp_nonpositive(const float* x, int n, float* out);
 // exp(x - max) with an 8-lane polynomial exp, lane sums in float, then normalised.
 void softmax(float* x, int n);
+// The sum of squares in double (4-lane partial sums), then the reference's float products.
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
+// silu(g) * up with the polynomial exp (sigmoid from exp(-|g|)); gates below -87 give 0 (|silu(g) * up|
+// < |g * up| * exp(-87) there).
+void swiglu(const float* gate, const float* up, int n, float* out);
 // kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0 decoded exactly
 // (d * q in f32), each head's dot products and weighted sums as float FMA chains.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,

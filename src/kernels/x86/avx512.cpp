@@ -246,8 +246,9 @@ bool cpu_has_avx512() {
 
 const kernel_table& avx512_table() {
     // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.
-    static const kernel_table t{isa::avx512, &avx512::matmul_rows, &avx512::dequantize_row, &avx2::softmax,
-                                &avx2::attend};
+    static const kernel_table t{isa::avx512,    &avx512::matmul_rows, &avx512::dequantize_row,
+                                &avx2::softmax, &avx2::attend,        &avx2::rmsnorm,
+                                &avx2::swiglu};
     return t;
 }
 

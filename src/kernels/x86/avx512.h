@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/DQ/VL) + FMA + F16C variants of the dispatched kernels (same contracts as
 // h2okv/kernels/kernels.h). Call them only when detail::cpu_has_avx512() is true; kernels.cpp does the
-// dispatch, tests call them directly to compare with ref/. Softmax and attend have no AVX-512 variant: the
-// avx512 table uses the AVX2 ones.
+// dispatch, tests call them directly to compare with ref/. Softmax, attend, rmsnorm and swiglu have no
+// AVX-512 variant: the avx512 table uses the AVX2 ones.
 //
 //   if (h2okv::kernels::detail::cpu_has_avx512()) h2okv::kernels::avx512::matmul_rows(w, x, n_tok, y, 0,
 //   w.rows);
