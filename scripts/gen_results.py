@@ -187,8 +187,35 @@ def speed_section(name, rows, lines):
         if ref is not None and not p.startswith("full"):
             vs = f"{dc / median([r['decode_tps'] for r in ref]):.2f}x"
             kv_vs = f"{ref[0]['kv_bytes'] / kv:.2f}x smaller" if ref[0]["kv_bytes"] > kv else "same"
-        lines.append(f"| {w} | {p} ({kv_type}) | {pf:.1f} | {dc:.1f} | {vs} | {kv / 2**20:.1f} | {kv_vs} |")
+        pf_cell = f"{pf:.1f}" if pf > 0 else "–"
+        lines.append(f"| {w} | {p} ({kv_type}) | {pf_cell} | {dc:.1f} | {vs} | {kv / 2**20:.1f} | {kv_vs} |")
     lines.append("")
+
+
+def llamacpp_section(name, rows, lines):
+    """One model compared with llama.cpp by scripts/llamacpp/compare.sh: logits, then speed."""
+    r = rows[0]
+    lg, fl = r["logits"], r["floor"]
+    lines.append(f"### {name} (KV {r['kv_type']} in both engines, {r['threads']} threads)\n")
+    lines.append("| logits over the same ids | max \\|Δ logit\\| | mean \\|Δ logit\\| | mean KL | KL at position 0 |")
+    lines.append("|---|---|---|---|---|")
+    for label_, c in (("h2okv vs llama.cpp", lg), ("llama.cpp flash attention off vs on (noise floor)", fl)):
+        kl0 = c["kl_mean_by_position"][0]["kl_mean"]
+        lines.append(f"| {label_} | {c['max_abs_diff']:.4g} | {c['mean_abs_diff']:.4g} | {c['kl_mean']:.3g} | {kl0:.3g} |")
+    lines.append("")
+    lines.append(f"{lg['n_pos']} positions (BOS, then random ids; logit std {lg['ref_logit_std']:.3g}); KL in nats, "
+                 "KL(P_llama.cpp ‖ P_h2okv).\n")
+    if r.get("bench"):
+        b0 = r["bench"][0]
+        lines.append(f"| test | llama.cpp t/s | h2okv t/s | h2okv / llama.cpp |")
+        lines.append("|---|---|---|---|")
+        for b in r["bench"]:
+            lines.append(f"| {b['test']} | {b['llama_cpp_tps']:.1f} | {b['h2okv_tps']:.1f} | "
+                         f"**{b['h2okv_tps'] / b['llama_cpp_tps']:.2f}x** |")
+        lines.append("")
+        lines.append(f"llama-bench (commit {b0.get('llama_cpp_commit') or '?'}, flash attention {b0['flash_attn']}, "
+                     f"K cache {b0['llama_cpp_type_k']}) against `h2okv bench` (kernels {b0.get('h2okv_isa') or '?'}), "
+                     "medians of 3 repeats, each test from an empty cache.\n")
 
 
 def trace_section(path, img_dir, lines):
@@ -245,6 +272,13 @@ def main():
                    "not whole 256-element blocks, so `gguf synth` writes those matrices as Q8_0 (only ffn_down, 1536 wide, is "
                    "Q4_K): the Q4_K rows below are mostly Q8_0.", ""],
          lambda name, rows: speed_section(name, rows, lines)),
+        ("llamacpp", ["## Side by side with llama.cpp", "",
+                      "`scripts/llamacpp/compare.sh MODEL --bench --results results` with `LLAMA_CPP_DIR` pointing at a "
+                      "llama.cpp build made outside this repository (see docs/PERFORMANCE.md); the same synthetic GGUF, "
+                      "token ids and threads for both engines. The synthetic models come from `h2okv gguf synth` "
+                      "(tinyllama-1.1b for Q4_K, whose rows are whole Q4_K blocks). This section appears only when "
+                      "those files are in results/.", ""],
+         lambda name, rows: llamacpp_section(name, rows, lines)),
     ]
     for prefix, intro, render in sections:
         paths = sorted(glob.glob(os.path.join(res, f"{prefix}_*.jsonl")))

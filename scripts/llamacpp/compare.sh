@@ -11,7 +11,9 @@
 #
 # Options: --threads N (2), --tokens N (256), --seed S (1), --kv-type f16|f32 (llama.cpp's KV cache; its
 # default f16), --bench (also run llama-bench and h2okv bench: -p 512 -n 128, same threads), --repeats R (3),
-# --work DIR (where ids, .npy files and JSON go; default a new folder under ${TMPDIR:-/tmp}).
+# --work DIR (where ids, .npy files and JSON go; default a new folder under ${TMPDIR:-/tmp}), --results DIR
+# (also write every figure as DIR/llamacpp_<model>.jsonl, which scripts/gen_results.py renders into
+# docs/RESULTS.md). Both engines use the same KV type.
 # Environment: H2OKV (the h2okv binary; default build/release, then build/dev of this checkout), PYTHON
 # (a python3 with numpy; default /usr/bin/python3), CXX (default c++).
 set -euo pipefail
@@ -24,7 +26,7 @@ die() {
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-model="" threads=2 n_tokens=256 seed=1 kv_type=f16 bench=0 repeats=3 work=""
+model="" threads=2 n_tokens=256 seed=1 kv_type=f16 bench=0 repeats=3 work="" results=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --threads) threads="${2:?--threads needs a value}"; shift 2 ;;
@@ -33,6 +35,7 @@ while [[ $# -gt 0 ]]; do
         --kv-type) kv_type="${2:?--kv-type needs a value}"; shift 2 ;;
         --repeats) repeats="${2:?--repeats needs a value}"; shift 2 ;;
         --work) work="${2:?--work needs a value}"; shift 2 ;;
+        --results) results="${2:?--results needs a value}"; shift 2 ;;
         --bench) bench=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option '$1' (see --help)" ;;
@@ -84,7 +87,8 @@ echo "compare.sh: model $model, llama.cpp libraries in $lib_dir, h2okv $h2okv, f
 # (b) both engines' logits over the same ids.
 "$work/llama_logits" -m "$model" --tokens-file "$work/ids.txt" -t "$threads" --kv-type "$kv_type" \
     -o "$work/llama.npy"
-"$h2okv" logits -m "$model" --tokens-file "$work/ids.txt" -t "$threads" -o "$work/h2okv.npy"
+"$h2okv" logits -m "$model" --tokens-file "$work/ids.txt" -t "$threads" --kv-type "$kv_type" \
+    -o "$work/h2okv.npy"
 
 # llama.cpp against itself with flash attention off: how far two numerically sound llama.cpp paths already
 # drift apart on this model. Random-weight models are chaotic (tiny margins, near one-hot attention), so this
@@ -94,7 +98,7 @@ echo "compare.sh: model $model, llama.cpp libraries in $lib_dir, h2okv $h2okv, f
 
 # (c) the comparison.
 echo
-echo "== logits: $(basename "$model"), $n_tokens positions, llama.cpp KV $kv_type, h2okv KV f32 =="
+echo "== logits: $(basename "$model"), $n_tokens positions, KV $kv_type in both =="
 "$python" "$repo/scripts/compare_logits.py" "$work/llama.npy" "$work/h2okv.npy" --json "$work/compare.json"
 echo
 echo "== noise floor: llama.cpp (flash attention auto) vs llama.cpp (flash attention off) =="
@@ -111,7 +115,26 @@ if [[ "$bench" == 1 ]]; then
     echo
     echo "== speed: -p 512 -n 128, $threads threads, $repeats repeats =="
     "$llama_bench" -m "$model" -p 512 -n 128 -t "$threads" -r "$repeats" -o json >"$work/llama_bench.json"
-    "$h2okv" bench -m "$model" -p 512 -n 0 -t "$threads" -r "$repeats" --json >"$work/h2okv_pp.json"
-    "$h2okv" bench -m "$model" -p 0 -n 128 -t "$threads" -r "$repeats" --json >"$work/h2okv_tg.json"
-    "$python" "$here/bench_table.py" "$work/llama_bench.json" "$work/h2okv_pp.json" "$work/h2okv_tg.json"
+    "$h2okv" bench -m "$model" -p 512 -n 0 -t "$threads" -r "$repeats" --kv-type "$kv_type" --json \
+        >"$work/h2okv_pp.json"
+    "$h2okv" bench -m "$model" -p 0 -n 128 -t "$threads" -r "$repeats" --kv-type "$kv_type" --json \
+        >"$work/h2okv_tg.json"
+    "$python" "$here/bench_table.py" "$work/llama_bench.json" "$work/h2okv_pp.json" "$work/h2okv_tg.json" \
+        --json "$work/bench.json"
+fi
+
+# (e) one record of everything, for docs/RESULTS.md.
+if [[ -n "$results" ]]; then
+    mkdir -p "$results"
+    out="$results/llamacpp_$(basename "$model" .gguf).jsonl"
+    "$python" - "$work" "$model" "$threads" "$kv_type" "$n_tokens" >"$out" <<'PY'
+import json, os, sys
+work, model, threads, kv_type, n_tokens = sys.argv[1:]
+def read(name):
+    path = os.path.join(work, name)
+    return json.load(open(path)) if os.path.exists(path) else None
+print(json.dumps({"model": model, "threads": int(threads), "kv_type": kv_type, "n_tokens": int(n_tokens),
+                  "logits": read("compare.json"), "floor": read("compare_floor.json"), "bench": read("bench.json")}))
+PY
+    echo "compare.sh: wrote $out" >&2
 fi

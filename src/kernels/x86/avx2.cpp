@@ -5,6 +5,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
+#include "kernels/x86/q6_k_avx2.h"
 
 #ifdef H2OKV_KERNELS_X86
 
@@ -168,24 +169,13 @@ struct q4_k_codec {
 struct q6_k_codec {
     static constexpr int64_t elems = detail::q6_k_elems;
     static constexpr size_t bytes = detail::q6_k_bytes;
-    // Group g (0..7) = elements 32g ..+32: half h = g/4, k = g%4; low bits from ql[64h + 32(k%2) ..+32]
-    // (nibble k/2), high bits (qh[32h ..+32] >> 2k) & 3; two sub-blocks of 16 with their own scales.
+    // Group g (0..7) = elements 32g ..+32: two sub-blocks of 16 with their own scales.
     H2OKV_AVX2 static void group(const std::byte* block, int64_t g, __m256* w) {
-        const int h = static_cast<int>(g / 4);
-        const int k = static_cast<int>(g % 4);
         uint16_t dh;
         std::memcpy(&dh, block + detail::q6_k_d_offset, 2);
         const float d = _cvtsh_ss(dh);
         const auto* scales = reinterpret_cast<const int8_t*>(block + detail::q6_k_scales_offset);
-        const __m256i ql =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * h + 32 * (k % 2)));
-        const __m256i qh =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q6_k_qh_offset + 32 * h));
-        // Byte shifts done as 16-bit shifts, masked before bits can cross into the neighbouring byte.
-        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), _mm256_set1_epi8(0x0F));
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(0x03));
-        const __m256i q =
-            _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+        const __m256i q = x86::q6_k_group_i8(block, static_cast<int>(g));
         const __m128i lo = _mm256_castsi256_si128(q);
         const __m128i hi = _mm256_extracti128_si256(q, 1);
         const __m256 s0 = _mm256_set1_ps(d * static_cast<float>(scales[2 * g]));

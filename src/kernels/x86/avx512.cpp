@@ -5,6 +5,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
+#include "kernels/x86/q6_k_avx2.h"
 
 #ifdef H2OKV_KERNELS_X86
 
@@ -160,19 +161,9 @@ struct q6_k_codec {
     H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
         const std::byte* block = row + static_cast<size_t>(i / detail::q6_k_elems) * detail::q6_k_bytes;
         const int g = static_cast<int>(i % detail::q6_k_elems) / 32;
-        const int h = g / 4;
-        const int k = g % 4;
         const float d = half_at(block + detail::q6_k_d_offset);
         const auto* scales = reinterpret_cast<const int8_t*>(block + detail::q6_k_scales_offset);
-        const __m256i ql =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 64 * h + 32 * (k % 2)));
-        const __m256i qh =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q6_k_qh_offset + 32 * h));
-        // Byte shifts done as 16-bit shifts, masked before bits can cross into the neighbouring byte.
-        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k / 2)), _mm256_set1_epi8(0x0F));
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(0x03));
-        const __m256i q =
-            _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+        const __m256i q = x86::q6_k_group_i8(block, g);
         w[0] = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(scales[2 * g])),
                              i8x16_to_ps(_mm256_castsi256_si128(q)));
         w[1] = _mm512_mul_ps(_mm512_set1_ps(d * static_cast<float>(scales[2 * g + 1])),
