@@ -19,7 +19,8 @@ def ppl_section(name, rows, img_dir, lines):
     model = os.path.basename(rows[0]["model"])
     text = os.path.basename(rows[0]["text"])
     lines.append(f"### {model} on {text} ({n} tokens, BOS included; streaming, eviction after every token)\n")
-    lines.append(f"Model sha256 `{rows[0]['model_sha256'][:16]}…`. Full-cache perplexity: **{full_ppl:.4f}**.\n")
+    lines.append(f"Model sha256 `{rows[0]['model_sha256'][:16]}…`, K/V stored as {rows[0].get('kv_type', 'f32')}. "
+                 f"Full-cache perplexity: **{full_ppl:.4f}**.\n")
     budgets = sorted({r["budget_spec"] for r in rows if r["policy_name"] != "full"}, key=float)
     by = {}
     for r in rows:
