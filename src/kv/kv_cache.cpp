@@ -289,24 +289,31 @@ status kv_cache::attend(int layer, int64_t first_pos, int n_tok, const float* q,
 // weights, in head order: the same sums in the same order as the fused path.
 void kv_cache::commit_rows(int layer, int ci, const float* weights, bool fused) {
     const int group = hp_.gqa_group();
-    const auto gran = policy_->config().gran;
-    if (!fused) {
-        for (int h = 0; h < hp_.n_head; ++h) {
-            const int u = policy_->unit_of(layer, h / group);
-            const auto& slots = attended_[static_cast<size_t>(u)];
-            const int n = n_kept_[static_cast<size_t>(u)] + ci + 1;
-            double* row = rows_[static_cast<size_t>(u)].data();
-            const float* w = weights + static_cast<size_t>(h) * static_cast<size_t>(capacity_);
-            for (int j = 0; j < n; ++j) row[slots[static_cast<size_t>(j)]] += static_cast<double>(w[j]);
-        }
-    }
-    if (gran == policy::granularity::model && layer != hp_.n_layer - 1) return;
+    const bool hand_over = policy_->config().gran != policy::granularity::model || layer == hp_.n_layer - 1;
     const int first_unit = policy_->unit_of(layer, 0);
-    const int last_unit = policy_->unit_of(layer, hp_.n_kv_head - 1);
-    for (int u = first_unit; u <= last_unit; ++u) {
+    const int n_units = policy_->unit_of(layer, hp_.n_kv_head - 1) - first_unit + 1;
+    // Each unit owns its row and its policy table, so units are committed in parallel (a unit's heads are
+    // still summed in ascending order, whatever the thread count). The observer shares buffers and sees the
+    // units in order: with one, the loop stays serial.
+    const int64_t work = static_cast<int64_t>(attended_[static_cast<size_t>(first_unit)].size()) * hp_.n_head;
+    const bool parallel =
+        n_units > 1 && !observer_ && !omp_in_parallel() && omp_get_max_threads() > 1 && work >= 16384;
+#pragma omp parallel for schedule(static, 1) if (parallel)
+    for (int u = first_unit; u < first_unit + n_units; ++u) {
         const auto& slots = attended_[static_cast<size_t>(u)];
         const int n = n_kept_[static_cast<size_t>(u)] + ci + 1;
         double* row = rows_[static_cast<size_t>(u)].data();
+        if (!fused) {
+            for (int g = 0; g < hp_.n_kv_head; ++g) {
+                if (policy_->unit_of(layer, g) != u) continue;
+                for (int h = g * group; h < (g + 1) * group; ++h) {
+                    const float* w = weights + static_cast<size_t>(h) * static_cast<size_t>(capacity_);
+                    for (int j = 0; j < n; ++j)
+                        row[slots[static_cast<size_t>(j)]] += static_cast<double>(w[j]);
+                }
+            }
+        }
+        if (!hand_over) continue;
         if (observer_) {
             obs_positions_.clear();
             obs_increments_.clear();

@@ -138,6 +138,30 @@ TEST(Session, KvTypesOnASyntheticModel) {
     }
 }
 
+// Eight KV heads and contexts long enough that the cache commits a layer's score rows unit by unit in
+// parallel (and, with 16-token chunks, sums the per-head weights there): the bits do not depend on the
+// thread count.
+TEST(Session, ParallelScoreCommitMatchesOneThread) {
+    auto bytes = model::synthesize_llama({256, 2, 32, 8, 64, 300, 2048, true}, gguf::tensor_type::f32, 5);
+    ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
+    auto file = gguf::file::parse(bytes->data(), bytes->size());
+    ASSERT_TRUE(file.ok()) << file.error().to_string();
+    auto m = model::model::load(**file);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    std::mt19937 rng(4);
+    std::vector<int32_t> tokens{1};
+    while (tokens.size() < 640) tokens.push_back(static_cast<int32_t>(3 + rng() % 297));
+    for (int chunk : {1, 16}) {
+        const auto p = make("h2o", 560, policy::granularity::head);
+        omp_set_num_threads(2);
+        const auto two = run_all(p, chunk, tokens, kv::kv_type::f16, m->get());
+        omp_set_num_threads(1);
+        const auto one = run_all(p, chunk, tokens, kv::kv_type::f16, m->get());
+        ASSERT_FALSE(one.empty());
+        EXPECT_EQ(one, two) << "chunk " << chunk << ": thread count changed the logits";
+    }
+}
+
 TEST(Session, Q8_0KvNeedsHeadDimAMultipleOf32) {
     engine::session_params sp;
     sp.kv_type = kv::kv_type::q8_0;
