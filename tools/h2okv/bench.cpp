@@ -76,7 +76,7 @@ struct repeat_result {
 };
 
 result<repeat_result> run_once(model::model& m, const engine::session_params& sp, const bench_options& o,
-                               int64_t run_length, std::mt19937_64& rng) {
+                               int64_t run_length, std::mt19937_64& rng, const std::string& label) {
     using clock = std::chrono::steady_clock;
     auto seconds = [](clock::time_point a, clock::time_point b) {
         return std::chrono::duration<double>(b - a).count();
@@ -87,8 +87,17 @@ result<repeat_result> run_once(model::model& m, const engine::session_params& sp
     std::vector<float> logits;
     if (o.depth > 0) {
         const auto fill = random_tokens(o.depth, n_vocab, rng);
+        // In slices of whole prefill chunks (the same chunks as one call), so a long fill reports progress.
+        const int64_t slice = int64_t{sp.prefill_chunk} * ((511 + sp.prefill_chunk) / sp.prefill_chunk);
+        progress_line progress(label, "depth tokens");
         const auto t0 = clock::now();
-        H2OKV_RETURN_IF_ERROR(s->process(fill, model::logits_mode::none, &logits));
+        for (int64_t i = 0; i < o.depth; i += slice) {
+            const auto n = static_cast<size_t>(std::min(slice, o.depth - i));
+            H2OKV_RETURN_IF_ERROR(
+                s->process(std::span<const int32_t>(fill).subspan(static_cast<size_t>(i), n),
+                           model::logits_mode::none, &logits));
+            progress(i + static_cast<int64_t>(n), o.depth);
+        }
         r.depth_seconds = seconds(t0, clock::now());
     }
     if (o.n_prompt > 0) {
@@ -125,7 +134,8 @@ int run_bench(const bench_options& o) {
     std::vector<double> prefill, decode, depth_s;
     int64_t kv_bytes = 0;
     for (int i = 0; i < o.repeats; ++i) {
-        auto r = run_once(*lm->model, *sp, o, run_length, rng);
+        auto r = run_once(*lm->model, *sp, o, run_length, rng,
+                          fmt::format("bench: repeat {}/{}", i + 1, o.repeats));
         if (!r.ok()) return fail(r.error());
         prefill.push_back(r->prefill_tps);
         decode.push_back(r->decode_tps);
