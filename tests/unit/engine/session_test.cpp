@@ -81,26 +81,52 @@ TEST(Session, BudgetHoldingTheRunIsBitIdenticalToFull) {
     }
 }
 
+// A synthetic F32 model, with the bytes and the parsed file its weights point into.
+struct synthetic_model {
+    std::vector<std::byte> bytes;
+    std::unique_ptr<gguf::file> file;
+    std::unique_ptr<model::model> model;
+};
+
+synthetic_model load_synthetic(const model::synth_shape& shape, uint64_t seed) {
+    synthetic_model r;
+    auto bytes = model::synthesize_llama(shape, gguf::tensor_type::f32, seed);
+    EXPECT_TRUE(bytes.ok()) << bytes.error().to_string();
+    if (!bytes.ok()) return r;
+    r.bytes = std::move(bytes).value();
+    auto file = gguf::file::parse(r.bytes.data(), r.bytes.size());
+    EXPECT_TRUE(file.ok()) << file.error().to_string();
+    if (!file.ok()) return r;
+    r.file = std::move(file).value();
+    auto m = model::model::load(*r.file);
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+    if (m.ok()) r.model = std::move(m).value();
+    return r;
+}
+
+// BOS, then n - 1 ids drawn from [3, n_vocab).
+std::vector<int32_t> random_ids(size_t n, int32_t n_vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> tokens{1};
+    while (tokens.size() < n)
+        tokens.push_back(static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(n_vocab - 3)));
+    return tokens;
+}
+
 // KV types on a synthetic model with head_dim 64 and GQA 4 (q8_0 needs head_dim a multiple of 32): the
 // cache's bytes are the type's, a budget holding the run is bit-identical to full, the rounding changes the
 // logits (f16 and q8_0 differ from f32, little), and two threads give the same bits as one.
 TEST(Session, KvTypesOnASyntheticModel) {
-    auto bytes = model::synthesize_llama({256, 2, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::f32, 9);
-    ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
-    auto file = gguf::file::parse(bytes->data(), bytes->size());
-    ASSERT_TRUE(file.ok()) << file.error().to_string();
-    auto m = model::model::load(**file);
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    std::mt19937 rng(3);
-    std::vector<int32_t> tokens{1};
-    while (tokens.size() < 48) tokens.push_back(static_cast<int32_t>(3 + rng() % 297));
-    const auto full_f32 =
-        run_all(make("full", 0, policy::granularity::head), 8, tokens, kv::kv_type::f32, m->get());
+    const synthetic_model sm = load_synthetic({256, 2, 4, 1, 192, 300, 2048, true}, 9);
+    ASSERT_NE(sm.model, nullptr);
+    model::model* m = sm.model.get();
+    const std::vector<int32_t> tokens = random_ids(48, 300, 3);
+    const auto full_f32 = run_all(make("full", 0, policy::granularity::head), 8, tokens, kv::kv_type::f32, m);
     for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0}) {
         SCOPED_TRACE(kv::kv_type_name(type));
         engine::session_params sp;
         sp.kv_type = type;
-        auto s = engine::session::create(**m, sp, 48);
+        auto s = engine::session::create(*m, sp, 48);
         ASSERT_TRUE(s.ok()) << s.error().to_string();
         // 2 layers x 1 KV head x 48 slots x K and V.
         EXPECT_EQ((*s)->cache().bytes(), static_cast<int64_t>(2 * 48 * 2 * kv::kv_row_bytes(type, 64)));
@@ -108,10 +134,9 @@ TEST(Session, KvTypesOnASyntheticModel) {
                                               : type == kv::kv_type::f16 ? 128u
                                                                          : 68u);
 
-        const auto full = run_all(make("full", 0, policy::granularity::head), 8, tokens, type, m->get());
+        const auto full = run_all(make("full", 0, policy::granularity::head), 8, tokens, type, m);
         for (const std::string name : {"h2o", "tova", "window"}) {
-            EXPECT_EQ(run_all(make(name, 48, policy::granularity::head), 8, tokens, type, m->get()), full)
-                << name;
+            EXPECT_EQ(run_all(make(name, 48, policy::granularity::head), 8, tokens, type, m), full) << name;
         }
         double worst = 0.0, largest = 0.0;
         for (size_t i = 0; i < full.size(); ++i) {
@@ -128,9 +153,9 @@ TEST(Session, KvTypesOnASyntheticModel) {
         omp_set_num_threads(2);
         for (const std::string name : {"full", "h2o"}) {
             const auto p = make(name, 20, policy::granularity::head);
-            const auto two = run_all(p, 16, tokens, type, m->get());
+            const auto two = run_all(p, 16, tokens, type, m);
             omp_set_num_threads(1);
-            const auto one = run_all(p, 16, tokens, type, m->get());
+            const auto one = run_all(p, 16, tokens, type, m);
             omp_set_num_threads(2);
             EXPECT_EQ(one, two) << name << ": thread count changed the logits";
         }
@@ -142,21 +167,16 @@ TEST(Session, KvTypesOnASyntheticModel) {
 // parallel (and, with 16-token chunks, sums the per-head weights there): the bits do not depend on the
 // thread count.
 TEST(Session, ParallelScoreCommitMatchesOneThread) {
-    auto bytes = model::synthesize_llama({256, 2, 32, 8, 64, 300, 2048, true}, gguf::tensor_type::f32, 5);
-    ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
-    auto file = gguf::file::parse(bytes->data(), bytes->size());
-    ASSERT_TRUE(file.ok()) << file.error().to_string();
-    auto m = model::model::load(**file);
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    std::mt19937 rng(4);
-    std::vector<int32_t> tokens{1};
-    while (tokens.size() < 640) tokens.push_back(static_cast<int32_t>(3 + rng() % 297));
+    const synthetic_model sm = load_synthetic({256, 2, 32, 8, 64, 300, 2048, true}, 5);
+    ASSERT_NE(sm.model, nullptr);
+    model::model* m = sm.model.get();
+    const std::vector<int32_t> tokens = random_ids(640, 300, 4);
     for (int chunk : {1, 16}) {
         const auto p = make("h2o", 560, policy::granularity::head);
         omp_set_num_threads(2);
-        const auto two = run_all(p, chunk, tokens, kv::kv_type::f16, m->get());
+        const auto two = run_all(p, chunk, tokens, kv::kv_type::f16, m);
         omp_set_num_threads(1);
-        const auto one = run_all(p, chunk, tokens, kv::kv_type::f16, m->get());
+        const auto one = run_all(p, chunk, tokens, kv::kv_type::f16, m);
         ASSERT_FALSE(one.empty());
         EXPECT_EQ(one, two) << "chunk " << chunk << ": thread count changed the logits";
     }
