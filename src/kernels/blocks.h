@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace h2okv::kernels::detail {
 
@@ -47,6 +48,17 @@ inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
         *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+// scale_min_k4 for all 8 sub-blocks at once, four per 32-bit word: out[0..1] hold the scales as bytes 0..7,
+// out[2..3] the mins (little-endian), from the 12 scale bytes q.
+inline void unpack_scale_min_k4(const uint8_t* q, uint32_t* out) {
+    uint32_t a[3];
+    std::memcpy(a, q, 12);
+    out[0] = a[0] & 0x3f3f3f3fu;
+    out[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+    out[2] = a[1] & 0x3f3f3f3fu;
+    out[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
 }
 
 // The inverse of scale_min_k4 for all 8 sub-blocks: sc, m: [8] values < 64; out: [12] bytes.

@@ -21,6 +21,8 @@
 #define H2OKV_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define H2OKV_TILE_TARGET H2OKV_AVX2
 #include "kernels/x86/matmul_tiles.h"
+#define H2OKV_KQ_TARGET H2OKV_AVX2
+#include "kernels/x86/kquant_tiles.h"
 
 namespace h2okv::kernels::avx2 {
 namespace {
@@ -255,6 +257,46 @@ struct v256 {
     H2OKV_AVX2 static float hsum(reg v) { return avx2::hsum(v); }
 };
 
+// Integer lanes for kquant_tiles.h: 8 rows x 4 tokens (4 float + 8 integer accumulators, the weights and
+// the constant ones); the u8 x s8 dot product is emulated with vpmaddubsw + vpmaddwd (no pair of products
+// can saturate: 2 * 63 * 127 < 2^15).
+struct vi256 {
+    using ireg = __m256i;
+    using freg = __m256;
+    static constexpr int64_t lanes = 8;
+    static constexpr int tokens = 4;
+    H2OKV_AVX2 static ireg izero() { return _mm256_setzero_si256(); }
+    H2OKV_AVX2 static ireg iload(const int32_t* p) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    }
+    H2OKV_AVX2 static ireg ibcast(const void* p) {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return _mm256_set1_epi32(v);
+    }
+    H2OKV_AVX2 static ireg iadd(ireg a, ireg b) { return _mm256_add_epi32(a, b); }
+    H2OKV_AVX2 static ireg imul(ireg a, ireg b) { return _mm256_mullo_epi32(a, b); }
+    H2OKV_AVX2 static ireg dot4(ireg acc, ireg w, ireg x) {
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+    }
+    H2OKV_AVX2 static ireg madd16(ireg acc, ireg a, ireg b) {
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+    }
+    H2OKV_AVX2 static freg to_float(ireg v) { return _mm256_cvtepi32_ps(v); }
+    H2OKV_AVX2 static freg fzero() { return _mm256_setzero_ps(); }
+    H2OKV_AVX2 static freg fload(const int32_t* p) {
+        return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    }
+    H2OKV_AVX2 static freg fbcast(float f) { return _mm256_set1_ps(f); }
+    H2OKV_AVX2 static freg fmul(freg a, freg b) { return _mm256_mul_ps(a, b); }
+    H2OKV_AVX2 static freg ffma(freg a, freg b, freg c) { return _mm256_fmadd_ps(a, b, c); }
+    H2OKV_AVX2 static void fstore(float* p, freg v) { _mm256_storeu_ps(p, v); }
+    static void direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
+                            int64_t r0, int64_t r1) {
+        avx2::kquant_direct_rows(w, xq, n_tok, y, r0, r1);
+    }
+};
+
 H2OKV_AVX2 void dequantize_q8_0(const std::byte* src, int64_t n, float* dst) {
     for (int64_t b = 0; b < n / q8_0_block; ++b) {
         const std::byte* block = src + static_cast<size_t>(b) * q8_0_block_bytes;
@@ -344,12 +386,9 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
             matmul_tiled<v256, group_codec<q4_0_codec>>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_k:
-            assert(w.cols % detail::q4_k_elems == 0);
-            matmul_tiled<v256, group_codec<q4_k_codec>>(w, x, n_tok, y, r0, r1);
-            return;
         case tensor_type::q6_k:
-            assert(w.cols % detail::q6_k_elems == 0);
-            matmul_tiled<v256, group_codec<q6_k_codec>>(w, x, n_tok, y, r0, r1);
+            assert(w.cols % detail::q8k_elems == 0);
+            x86::matmul_kquant<vi256>(w, x, n_tok, y, r0, r1);
             return;
         default: assert(false && "matmul: unsupported tensor type"); return;
     }

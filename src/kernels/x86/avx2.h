@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/q8k.h"
 
 namespace h2okv::kernels::avx2 {
 
@@ -28,5 +29,13 @@ void swiglu(const float* gate, const float* up, int n, float* out);
 // (d * q in f32), each head's dot products and weighted sums as float FMA chains.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
+
+// The k-quant pieces (src/kernels/x86/kquant_avx2.cpp), also used by the avx512 table:
+// detail::quantize_q8k, bit for bit;
+void quantize_q8k(const float* x, int64_t cols, detail::q8k_block* out);
+// rows [r0, r1) of a Q4_K or Q6_K product for n_tok tokens already quantised (token t's blocks at
+// xq + t * w.cols / 256), reading each row in its GGUF layout; the bits of kernels/q8k.h.
+void kquant_direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
+                        int64_t r1);
 
 }  // namespace h2okv::kernels::avx2

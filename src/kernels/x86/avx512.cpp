@@ -27,6 +27,10 @@
 #define H2OKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define H2OKV_TILE_TARGET H2OKV_AVX512
 #include "kernels/x86/matmul_tiles.h"
+#define H2OKV_AVX512_VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define H2OKV_KQ_TARGET H2OKV_AVX512_VNNI
+#include "kernels/x86/kquant_tiles.h"
 
 namespace h2okv::kernels::avx512 {
 namespace {
@@ -61,6 +65,110 @@ struct v512 {
 
 using reg = __m512;
 
+H2OKV_AVX512 inline float half_at(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// One output of a Q4_K row (kernels/q8k.h) with 512-bit VNNI: each 64-element chunk (two sub-blocks) is one
+// vpdpbusd, its lanes 0..7 and 8..15 scaled by their sub-block's scale; then the block's integer sums and
+// its two float steps, as the AVX2 kernel.
+H2OKV_AVX512_VNNI float q4_k_direct(const std::byte* row, const detail::q8k_block* x, int64_t nb) {
+    float acc = 0.0f;
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; ++b) {
+        const detail::q8k_block& xb = x[b];
+        const std::byte* block = row + b * detail::q4_k_bytes;
+        uint32_t words[4];
+        detail::unpack_scale_min_k4(reinterpret_cast<const uint8_t*>(block + detail::q4_k_scales_offset),
+                                    words);
+        const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words)));
+        __m512i iacc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q4_k_qs_offset + 32 * p));
+            const __m512i w = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), low4);
+            const __m512i dp =
+                _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xb.qs + 64 * p));
+            const __m512i pick =
+                _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);
+            iacc = _mm512_add_epi32(iacc, _mm512_mullo_epi32(dp, _mm512_permutexvar_epi32(pick, scm)));
+        }
+        const __m256i bs =
+            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsum32)));
+        const __m256i mprod = _mm256_mullo_epi32(_mm512_extracti32x8_epi32(scm, 1), bs);
+        const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(iacc), _mm512_extracti32x8_epi32(iacc, 1));
+        const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i8), _mm256_extracti128_si256(i8, 1));
+        const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mprod), _mm256_extracti128_si256(mprod, 1));
+        __m128i h = _mm_hadd_epi32(i4, m4);
+        h = _mm_hadd_epi32(h, h);
+        const float dx = xb.d;
+        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_cvtsi128_si32(h))),
+                                         _mm_set_ss(half_at(block) * dx), _mm_set_ss(acc)));
+        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_extract_epi32(h, 1))),
+                                         _mm_set_ss(-(half_at(block + 2) * dx)), _mm_set_ss(acc)));
+    }
+    return acc;
+}
+
+// The few-token k-quant kernel: Q4_K with VNNI, Q6_K (already at the memory's speed) as AVX2.
+H2OKV_AVX512_VNNI void kquant_direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok,
+                                          float* y, int64_t r0, int64_t r1) {
+    if (w.type != tensor_type::q4_k) {
+        avx2::kquant_direct_rows(w, xq, n_tok, y, r0, r1);
+        return;
+    }
+    const int64_t nb = w.cols / detail::q8k_elems;
+    for (int64_t r = r0; r < r1; ++r) {
+        const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+        for (int t = 0; t < n_tok; ++t) y[t * w.rows + r] = q4_k_direct(row, xq + t * nb, nb);
+    }
+}
+
+// Integer lanes for kquant_tiles.h with AVX512-VNNI: 16 rows x 8 tokens (8 float, 8 block and 8 sub-block
+// integer accumulators, the weights and a scale vector of the 32 zmm registers).
+struct vi512 {
+    using ireg = __m512i;
+    using freg = __m512;
+    static constexpr int64_t lanes = 16;
+    static constexpr int tokens = 8;
+    H2OKV_AVX512_VNNI static ireg izero() { return _mm512_setzero_si512(); }
+    H2OKV_AVX512_VNNI static ireg iload(const int32_t* p) { return _mm512_loadu_si512(p); }
+    H2OKV_AVX512_VNNI static ireg ibcast(const void* p) {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return _mm512_set1_epi32(v);
+    }
+    H2OKV_AVX512_VNNI static ireg iadd(ireg a, ireg b) { return _mm512_add_epi32(a, b); }
+    H2OKV_AVX512_VNNI static ireg imul(ireg a, ireg b) { return _mm512_mullo_epi32(a, b); }
+    H2OKV_AVX512_VNNI static ireg dot4(ireg acc, ireg w, ireg x) { return _mm512_dpbusd_epi32(acc, w, x); }
+    H2OKV_AVX512_VNNI static ireg madd16(ireg acc, ireg a, ireg b) { return _mm512_dpwssd_epi32(acc, a, b); }
+    H2OKV_AVX512_VNNI static freg to_float(ireg v) { return _mm512_cvtepi32_ps(v); }
+    H2OKV_AVX512_VNNI static freg fzero() { return _mm512_setzero_ps(); }
+    H2OKV_AVX512_VNNI static freg fload(const int32_t* p) { return _mm512_loadu_ps(p); }
+    H2OKV_AVX512_VNNI static freg fbcast(float f) { return _mm512_set1_ps(f); }
+    H2OKV_AVX512_VNNI static freg fmul(freg a, freg b) { return _mm512_mul_ps(a, b); }
+    H2OKV_AVX512_VNNI static freg ffma(freg a, freg b, freg c) { return _mm512_fmadd_ps(a, b, c); }
+    H2OKV_AVX512_VNNI static void fstore(float* p, freg v) { _mm512_storeu_ps(p, v); }
+    static void direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
+                            int64_t r0, int64_t r1) {
+        kquant_direct_rows(w, xq, n_tok, y, r0, r1);
+    }
+};
+
+bool cpu_has_vnni() {
+    static const bool has = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+        return (ecx & bit_AVX512VNNI) != 0;
+    }();
+    return has;
+}
+
 struct f16_codec {
     static constexpr int64_t step = 16;
     static constexpr bool dense = true;
@@ -85,12 +193,6 @@ struct bf16_codec {
         w[0] = widen(_mm256_maskz_loadu_epi16(v512::mask(n), row + 2 * i));
     }
 };
-
-H2OKV_AVX512 inline float half_at(const std::byte* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
 
 // 16 bytes as floats, signed or unsigned.
 H2OKV_AVX512 inline reg i8x16_to_ps(__m128i v) {
@@ -189,12 +291,14 @@ H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, f
             matmul_tiled<v512, q4_0_codec>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_k:
-            assert(w.cols % detail::q4_k_elems == 0);
-            matmul_tiled<v512, q4_k_codec>(w, x, n_tok, y, r0, r1);
-            return;
         case tensor_type::q6_k:
-            assert(w.cols % detail::q6_k_elems == 0);
-            matmul_tiled<v512, q6_k_codec>(w, x, n_tok, y, r0, r1);
+            // Integer products (kernels/q8k.h): the same bits with or without VNNI.
+            assert(w.cols % detail::q8k_elems == 0);
+            if (cpu_has_vnni()) {
+                x86::matmul_kquant<vi512>(w, x, n_tok, y, r0, r1);
+            } else {
+                avx2::matmul_rows(w, x, n_tok, y, r0, r1);
+            }
             return;
         default: assert(false && "matmul: unsupported tensor type"); return;
     }
