@@ -20,6 +20,7 @@
 
 #include "h2okv/engine/session.h"
 #include "h2okv/gguf/gguf.h"
+#include "h2okv/kernels/kernels.h"
 #include "h2okv/model/model.h"
 #include "h2okv/model/synth.h"
 
@@ -28,6 +29,21 @@ namespace {
 
 namespace fs = std::filesystem;
 const std::string kSource = H2OKV_SOURCE_DIR;
+
+// Writes a float32 C-order .npy file of shape [rows][cols].
+void write_npy_f32(const std::string& path, const std::vector<float>& v, size_t rows, size_t cols) {
+    std::string header =
+        fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}", rows, cols);
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+    header += '\n';
+    std::ofstream out(path, std::ios::binary);
+    out.write("\x93NUMPY\x01\x00", 8);
+    out.put(static_cast<char>(header.size() & 0xff));
+    out.put(static_cast<char>(header.size() >> 8));
+    out << header;
+    out.write(reinterpret_cast<const char*>(v.data()),
+              static_cast<std::streamsize>(v.size() * sizeof(float)));
+}
 
 // Reads a little-endian float64 C-order .npy file written by numpy.save.
 std::vector<double> read_npy(const std::string& path, std::vector<size_t>* shape) {
@@ -67,6 +83,7 @@ struct run_config {
     std::string policy = "full";  // a policy spec: "h2o:budget=12,recent=4"
     int chunk = 1;
     std::string kv_type = "f32";  // the engine's KV type and the reference's matching rounding
+    bool act_quant = true;        // the reference rounds k-quant products' activations, as the engine
 };
 
 // The numpy reference's command-line flags for a policy spec.
@@ -79,6 +96,7 @@ std::string numpy_flags(const run_config& c) {
     if (p->recent) f += " --recent " + std::to_string(*p->recent);
     if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);
     if (p->decay) f += " --decay " + fmt::format("{}", *p->decay);
+    if (!c.act_quant) f += " --no-act-quant";
     return f;
 }
 
@@ -115,14 +133,22 @@ std::vector<double> run_numpy(const std::string& model_path, const std::vector<i
 }
 
 // Runs the engine and the reference on `tokens` and compares logits and, chunk by chunk, the kept sets.
-// Logits: with f32 KV within 1e-4 relative to the largest logit of the position (f32 against float64
-// arithmetic). With f16 or q8_0 KV both sides round the stored K/V, but the engine rounds its f32 K/V and the
-// reference its float64 K/V, so an element whose two values straddle a rounding midpoint lands on
-// neighbouring grid points: a sparse perturbation of one grid step. Its effect is a small part of the
-// rounding's own effect on the logits (every element moved by up to half a step), which the reference
+// Logits: with f32 KV and no k-quant weights within 1e-4 relative to the largest logit of the position (f32
+// against float64 arithmetic). With f16 or q8_0 KV both sides round the stored K/V, but the engine rounds its
+// f32 K/V and the reference its float64 K/V, so an element whose two values straddle a rounding midpoint
+// lands on neighbouring grid points: a sparse perturbation of one grid step. Its effect is a small part of
+// the rounding's own effect on the logits (every element moved by up to half a step), which the reference
 // measures by running again without rounding. The bound is 1e-4 plus a quarter of that effect: an engine
 // that did not round, or rounded differently (truncation, another scale), would be off by about the whole
 // effect and fail.
+// With Q4_K/Q6_K weights both sides also round the activations of those products to 8 bits
+// (src/kernels/q8k.h), thousands of elements per position, and there one straddled midpoint is not small:
+// on the Q4_K case below a single element (x * 127/amax = -16.5000019 in float64, just above -16.5 in the
+// engine) moves every later position's logits by 1.1 % of the largest, about half the rounding's whole
+// effect, and with that element rounded the engine's way the two agree to 1e-7 again. So for these models
+// the bound is 1e-4 plus the whole effect: it catches a wrong matrix, layout or scale (errors of order
+// one), and the exact rounding is checked where both sides see the same activations
+// (KQuantProductsOnModelTensors, and bit for bit in tests/kernels/kquant_test.cpp).
 void compare(const std::string& model_path, const std::vector<int32_t>& tokens, const run_config& c) {
     SCOPED_TRACE(model_path + " " + c.policy + " chunk " + std::to_string(c.chunk) + " kv " + c.kv_type);
     auto file = gguf::file::open(model_path);
@@ -149,15 +175,19 @@ void compare(const std::string& model_path, const std::vector<int32_t>& tokens, 
     const std::string trace = (dir / "trace.jsonl").string();
     const auto n_vocab = static_cast<size_t>((*m)->params().n_vocab);
     double tolerance = 1e-4;
-    if (c.kv_type != "f32") {
+    bool k_quant = false;
+    for (const auto& t : (*file)->tensors())
+        k_quant = k_quant || t.type == gguf::tensor_type::q4_k || t.type == gguf::tensor_type::q6_k;
+    if (c.kv_type != "f32" || k_quant) {
         run_config unrounded = c;
         unrounded.kv_type = "f32";
+        unrounded.act_quant = false;
         const auto ref32 = run_numpy(model_path, tokens, unrounded, dir, trace);
         const auto ref = run_numpy(model_path, tokens, c, dir, trace);
         ASSERT_EQ(ref.size(), ref32.size());
         const double effect = worst_relative(ref32, ref, n_vocab);
         EXPECT_GT(effect, 1e-4) << "the rounding should move the logits more than f32 arithmetic does";
-        tolerance += 0.25 * effect;
+        tolerance += (k_quant ? 1.0 : 0.25) * effect;
     }
     const auto ref = run_numpy(model_path, tokens, c, dir, trace);
     ASSERT_EQ(ref.size(), logits.size());
@@ -232,6 +262,66 @@ TEST(EngineVsNumpy, SyntheticModels) {
             .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
         const auto tokens = random_tokens(24, c.shape.n_vocab, 2);
         for (const auto& r : {kRuns[0], kRuns[2], kRuns[3], kRuns[4]}) compare(path, tokens, r);
+    }
+    fs::remove_all(dir);
+}
+
+// The k-quant products alone, on model tensors, with the same float32 activations on both sides: both
+// round them with the same float32 operations (x * (127 / amax)), so the engine's integer products must agree
+// with the reference's float64 product over the rounded activations to float32 accuracy. The activations
+// include a zero block and outliers; the reference without rounding must differ by far more.
+TEST(EngineVsNumpy, KQuantProductsOnModelTensors) {
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_kq_{}", ::getpid());
+    fs::create_directories(dir);
+    for (gguf::tensor_type type : {gguf::tensor_type::q4_k, gguf::tensor_type::q6_k}) {
+        const std::string tname = gguf::tensor_type_name(static_cast<uint32_t>(type));
+        auto bytes = model::synthesize_llama({512, 1, 8, 2, 768, 300, 2048, false}, type, 11);
+        ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
+        const std::string path = (dir / (tname + ".gguf")).string();
+        std::ofstream(path, std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+        auto file = gguf::file::open(path);
+        ASSERT_TRUE(file.ok()) << file.error().to_string();
+        for (const std::string name : {"blk.0.attn_q.weight", "blk.0.ffn_down.weight", "output.weight"}) {
+            SCOPED_TRACE(tname + " " + name);
+            const gguf::tensor_info* t = (*file)->find_tensor(name);
+            ASSERT_NE(t, nullptr);
+            ASSERT_EQ(t->type, type);
+            const int64_t cols = t->dims[0];
+            const int64_t rows = t->dims[1];
+            const kernels::matrix_view w{t->type, t->data, rows, cols,
+                                         static_cast<size_t>(t->n_bytes() / rows)};
+            const int n_tok = 5;
+            std::mt19937 rng(static_cast<uint32_t>(cols));
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            std::vector<float> x(static_cast<size_t>(n_tok * cols));
+            for (float& v : x) v = normal(rng);
+            std::fill(x.begin(), x.begin() + 256, 0.0f);  // a zero block
+            for (int i = 1; i < n_tok; ++i)
+                x[static_cast<size_t>(i * cols + 37 * i)] = 40.0f * i;  // outliers
+            std::vector<float> y(static_cast<size_t>(n_tok * rows));
+            kernels::matmul(w, x.data(), n_tok, y.data());
+            const std::string x_path = (dir / "x.npy").string();
+            const std::string y_path = (dir / "y.npy").string();
+            write_npy_f32(x_path, x, n_tok, static_cast<size_t>(cols));
+            auto numpy = [&](const std::string& extra) {
+                const std::string cmd = "/usr/bin/python3 " + kSource +
+                                        "/tests/reference/llama_ref.py --model " + path + " --matmul " +
+                                        name + " --x " + x_path + " --out " + y_path + extra;
+                EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+                std::vector<size_t> shape;
+                return read_npy(y_path, &shape);
+            };
+            const auto ref = numpy("");
+            const auto unrounded = numpy(" --no-act-quant");
+            ASSERT_EQ(ref.size(), y.size());
+            const double worst = worst_relative(ref, y, static_cast<size_t>(rows));
+            const double effect = worst_relative(ref, unrounded, static_cast<size_t>(rows));
+            EXPECT_LE(worst, 1e-5);
+            EXPECT_GT(effect, 100 * worst) << "the rounding should be visible";
+            std::fprintf(stderr, "[k-quant product] %s %s: worst %.3g, rounding effect %.3g\n", tname.c_str(),
+                         name.c_str(), worst, effect);
+        }
     }
     fs::remove_all(dir);
 }

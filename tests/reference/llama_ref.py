@@ -13,12 +13,17 @@ Usage:
   llama_ref.py --model M --text-file F --max-tokens 512 --perplexity      # BOS + the text's first tokens
   llama_ref.py --model M --text "Once upon a time" --generate 196        # greedy continuation, printed
   llama_ref.py --model M --text "Once upon a time" --print-ids           # the token ids (BOS first)
+  llama_ref.py --model M --matmul blk.0.attn_q.weight --x X.npy --out Y.npy  # one product, X: [n][cols]
 
 --kv-type f32|f16|q8_0 stores K (after RoPE) and V rounded as the engine's KV cache stores them: f32 keeps
 the float64 values (the engine's f32 rounding is below this reference's tolerance), f16 rounds to the
 nearest binary16 (ties to even), q8_0 rounds each block of 32 as ggml's quantize_row_q8_0_ref does
 (d = max|x| / 127 stored as fp16, q = round-half-away(x / d) with the unrounded d, value fp16(d) * q).
 Attention then reads the rounded values.
+
+Products with Q4_K or Q6_K weights first round their activations as the engine does (src/kernels/q8k.h):
+per position and block of 256, in float32, d = max|x| / 127 and q = round-half-even(clamp(x * (127 / max|x|),
+-127, 127)); the product then uses d * q. --no-act-quant skips that (to measure the rounding's own effect).
 
 --out writes the logits of every processed position as float64 [n_tokens][n_vocab]; --trace writes one JSON
 line per chunk after its evictions: {"pos": last position of the chunk, "kept": [[positions of layer 0 KV
@@ -267,7 +272,7 @@ class SpmTokenizer:
 # ------------------------------------------------------------------------------------------------- model
 
 class Llama:
-    def __init__(self, gguf):
+    def __init__(self, gguf, act_quant=True):
         md = gguf.metadata
         if md.get("general.architecture") != "llama":
             raise GgufError(f"architecture {md.get('general.architecture')!r}, expected 'llama'")
@@ -290,9 +295,23 @@ class Llama:
                 "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
                 "ffn_down")})
         self.output_norm = t("output_norm.weight")
-        self.output = t("output.weight") if "output.weight" in gguf.tensors else self.tok_embd
+        output_name = "output.weight" if "output.weight" in gguf.tensors else "token_embd.weight"
+        self.output = t(output_name)
+        # Per matrix: whether its product quantises the activations (k-quant weights, as the engine).
+        def kq(name):
+            return act_quant and gguf.tensors[name][1] in (T_Q4_K, T_Q6_K)
+        self.quantises = {i: {name: kq(f"blk.{i}.{name}.weight") for name in (
+            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+            for i in range(self.n_layer)}
+        self.output_quantises = kq(output_name)
         # theta_i = pos * base^(-2i/rope_dim), i < rope_dim/2
         self.inv_freq = self.freq_base ** (-2.0 * np.arange(self.rope_dim // 2) / self.rope_dim)
+
+    def linear(self, x, layer, name):
+        """x @ W.T for layer `layer`'s matrix `name`, rounding x first where the engine does."""
+        if self.quantises[layer][name]:
+            x = quantize_q8k(x)
+        return x @ self.layers[layer][name].T
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
@@ -313,6 +332,17 @@ class Llama:
 # ---------------------------------------------------------------------------------------------- KV types
 
 KV_TYPES = ("f32", "f16", "q8_0")
+
+
+def quantize_q8k(x):
+    """x: [..][n], n a multiple of 256 -> the activations the engine's k-quant products multiply, float64."""
+    b = x.astype(np.float32).reshape(*x.shape[:-1], -1, 256)
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        iscale = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(np.clip(b * iscale, np.float32(-127), np.float32(127)))
+    d = (amax / np.float32(127)).astype(np.float32)
+    return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
 
 
 def round_kv(x, kv_type):
@@ -448,9 +478,9 @@ class Run:
         x = m.tok_embd[np.asarray(tokens)]
         for li, w in enumerate(m.layers):
             h = m.rmsnorm(x, w["attn_norm"])
-            q = m.rope((h @ w["attn_q"].T).reshape(C, m.n_head, m.head_dim), pos)
-            k = m.rope((h @ w["attn_k"].T).reshape(C, m.n_kv, m.head_dim), pos)
-            v = (h @ w["attn_v"].T).reshape(C, m.n_kv, m.head_dim)
+            q = m.rope(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), pos)
+            k = m.rope(m.linear(h, li, "attn_k").reshape(C, m.n_kv, m.head_dim), pos)
+            v = m.linear(h, li, "attn_v").reshape(C, m.n_kv, m.head_dim)
             self.k[li, c0:c1] = round_kv(k, self.kv_type)
             self.v[li, c0:c1] = round_kv(v, self.kv_type)
             K = self.k[li, :c1]  # [c1][n_kv][hd]
@@ -464,11 +494,12 @@ class Run:
             p = e / e.sum(axis=-1, keepdims=True)
             o = np.einsum("kgtp,pkd->tkgd", p, V).reshape(C, m.n_head * m.head_dim)
             weights.append(p.reshape(m.n_head, C, c1))
-            x = x + o @ w["attn_output"].T
+            x = x + m.linear(o, li, "attn_output")
             h = m.rmsnorm(x, w["ffn_norm"])
-            g = h @ w["ffn_gate"].T
-            x = x + (g / (1.0 + np.exp(-g)) * (h @ w["ffn_up"].T)) @ w["ffn_down"].T
-        logits = m.rmsnorm(x, m.output_norm) @ m.output.T
+            g = m.linear(h, li, "ffn_gate")
+            x = x + m.linear(g / (1.0 + np.exp(-g)) * m.linear(h, li, "ffn_up"), li, "ffn_down")
+        xo = m.rmsnorm(x, m.output_norm)
+        logits = (quantize_q8k(xo) if m.output_quantises else xo) @ m.output.T
         self._update_scores(weights, C, c0, c1)
         self.kept[:, c0:c1] = True
         self.n = c1
@@ -547,7 +578,7 @@ def log_softmax(z):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument("--tokens", help="space-separated token ids (BOS included if wanted)")
     src.add_argument("--text", help="text, encoded with the model's SentencePiece vocabulary, BOS first")
     src.add_argument("--text-file", help="like --text, from a UTF-8 file")
@@ -560,14 +591,30 @@ def main(argv=None):
     ap.add_argument("--granularity", default="head")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
     ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16 or q8_0")
+    ap.add_argument("--no-act-quant", action="store_true",
+                    help="multiply Q4_K/Q6_K weights with unrounded activations (the engine rounds them)")
     ap.add_argument("--generate", type=int, default=0, help="greedy-decode N tokens after the input")
     ap.add_argument("--out", help="write the logits of every processed position, float64 .npy")
     ap.add_argument("--trace", help="write the kept sets after every chunk, JSON lines")
     ap.add_argument("--perplexity", action="store_true", help="print exp(mean NLL of tokens[1:])")
     ap.add_argument("--print-ids", action="store_true", help="print the token ids and exit")
+    ap.add_argument("--matmul", metavar="TENSOR",
+                    help="only multiply TENSOR with the float32 rows of --x (as the forward pass does, "
+                         "activation rounding included) and write the float64 result to --out")
+    ap.add_argument("--x", help="the .npy input of --matmul")
     args = ap.parse_args(argv)
+    if args.matmul is None and args.tokens is None and args.text is None and args.text_file is None:
+        ap.error("one of the arguments --tokens --text --text-file is required")
+    if args.matmul is not None and (args.x is None or args.out is None):
+        ap.error("--matmul needs --x and --out")
 
     gguf = Gguf(args.model)
+    if args.matmul is not None:
+        x = np.load(args.x).astype(np.float64)
+        if not args.no_act_quant and gguf.tensors[args.matmul][1] in (T_Q4_K, T_Q6_K):
+            x = quantize_q8k(x)
+        np.save(args.out, x @ gguf.tensor(args.matmul).T)
+        return 0
     if args.tokens is not None:
         tokens = [int(t) for t in args.tokens.split()]
     else:
@@ -588,7 +635,7 @@ def main(argv=None):
     if args.chunk < 1:
         raise PolicyError(f"chunk {args.chunk} must be >= 1")
 
-    model = Llama(gguf)
+    model = Llama(gguf, act_quant=not args.no_act_quant)
     bad = [t for t in tokens if not 0 <= t < model.n_vocab]
     if bad:
         raise PolicyError(f"token ids {bad[:5]} are outside the vocabulary [0, {model.n_vocab})")
