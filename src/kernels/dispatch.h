@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/q8k.h"
 
 namespace h2okv::kernels::detail {
 
@@ -19,6 +20,12 @@ struct kernel_table {
                    size_t weights_stride, double* score_row);
     void (*rmsnorm)(const float* x, const float* w, int n, float eps, float* out);
     void (*swiglu)(const float* gate, const float* up, int n, float* out);
+    // The k-quant products (kernels/q8k.h), in two steps so a call quantises its activations once for all
+    // threads: quantize_q8k(x, cols, out) as detail::quantize_q8k, then kquant_rows: rows [r0, r1) for
+    // n_tok tokens already quantised (token t's blocks at xq + t * w.cols / 256). Same bits on every ISA.
+    quantize_q8k_fn quantize_q8k;
+    void (*kquant_rows)(const matrix_view& w, const q8k_block* xq, int n_tok, float* y, int64_t r0,
+                        int64_t r1);
 };
 
 const kernel_table& reference_table();

@@ -16,7 +16,9 @@ namespace {
 using gguf::tensor_type;
 
 // Threads take contiguous runs of whole blocks of this many rows (the kernels' panel height), so each
-// thread streams its own part of the matrix once per token block.
+// thread streams its own part of the matrix once per token block. (Handing out small runs dynamically
+// instead, to absorb a thread slowed by other work, made 2-thread Q4_K decode 10-30 % slower: the two
+// threads' reads then interleave.)
 constexpr int64_t row_block = 16;
 // Below this many multiply-adds (about 10 us of one core) a parallel region's fork and join, several
 // microseconds on a busy machine, cost more than the split saves.
@@ -44,8 +46,9 @@ const detail::kernel_table& table() {
 namespace detail {
 
 const kernel_table& reference_table() {
-    static const kernel_table t{isa::reference, &ref::matmul_rows, &ref::dequantize_row, &ref::softmax,
-                                &ref::attend,   &ref::rmsnorm,     &ref::swiglu};
+    static const kernel_table t{isa::reference, &ref::matmul_rows,     &ref::dequantize_row,
+                                &ref::softmax,  &ref::attend,          &ref::rmsnorm,
+                                &ref::swiglu,   &detail::quantize_q8k, &ref::kquant_rows};
     return t;
 }
 
@@ -97,10 +100,23 @@ size_t row_size(tensor_type t, int64_t cols) noexcept {
 }
 
 void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept {
-    const auto rows_fn = table().matmul_rows;
+    const detail::kernel_table& tb = table();
     const int64_t work = w.rows * w.cols * n_tok;
-    if (work < min_parallel_work || omp_in_parallel() || omp_get_max_threads() == 1) {
-        rows_fn(w, x, n_tok, y, 0, w.rows);
+    const bool serial = work < min_parallel_work || omp_in_parallel() || omp_get_max_threads() == 1;
+    // The k-quants quantise the activations once, for every thread (a failed allocation takes matmul_rows,
+    // which falls back to quantising block by block).
+    const detail::q8k_block* xq = nullptr;
+    if (w.type == tensor_type::q4_k || w.type == tensor_type::q6_k)
+        xq = detail::quantize_tokens(x, n_tok, w.cols, tb.quantize_q8k);
+    auto rows = [&](int64_t r0, int64_t r1) {
+        if (xq != nullptr) {
+            tb.kquant_rows(w, xq, n_tok, y, r0, r1);
+        } else {
+            tb.matmul_rows(w, x, n_tok, y, r0, r1);
+        }
+    };
+    if (serial) {
+        rows(0, w.rows);
         return;
     }
     const int64_t n_blocks = (w.rows + row_block - 1) / row_block;
@@ -110,7 +126,7 @@ void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept 
         const int64_t id = omp_get_thread_num();
         const int64_t b0 = n_blocks * id / n_threads;
         const int64_t b1 = n_blocks * (id + 1) / n_threads;
-        if (b0 < b1) rows_fn(w, x, n_tok, y, b0 * row_block, std::min(w.rows, b1 * row_block));
+        if (b0 < b1) rows(b0 * row_block, std::min(w.rows, b1 * row_block));
     }
 }
 

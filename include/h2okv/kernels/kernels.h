@@ -59,9 +59,11 @@ size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
 // not alias x). Parallel over blocks of rows with OpenMP (serial when called inside a parallel region or for
 // small products); bit-identical for any thread count and for any split of the tokens into calls.
-// Quantised weights are dequantised exactly (as dequantize_row) and multiplied with the f32 activations in
-// f32: activations are never quantised, so every type has the error bound of an f32 dot product of its
-// decoded weights.
+// F32, F16, BF16, Q8_0 and Q4_0 weights are dequantised exactly (as dequantize_row) and multiplied with the
+// f32 activations in f32: the error bound of an f32 dot product of the decoded weights. Q4_K and Q6_K
+// weights (the k-quants) are multiplied as llama.cpp does, with integer dot products against activations
+// rounded to 8 bits per block of 256 (scale max|x| / 127, round half to even): the rounding and the exact
+// sequence of operations per output are defined in src/kernels/q8k.h, and every ISA gives the same bits.
 void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept;
 
 // Converts `n` elements of a row of type `t` to f32 (n a whole number of blocks for quantised types). src:

@@ -145,17 +145,11 @@ void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) 
 
 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1) {
     if (w.type == tensor_type::q4_k || w.type == tensor_type::q6_k) {
-        const int64_t nb = w.cols / detail::q8k_elems;
         const detail::q8k_block* xq = detail::quantize_tokens(x, n_tok, w.cols, &detail::quantize_q8k);
         if (xq == nullptr) {
             detail::matmul_kquant_unbuffered(w, x, n_tok, y, r0, r1);
-            return;
-        }
-        auto* dot = w.type == tensor_type::q4_k ? &detail::dot_q4_k_q8k : &detail::dot_q6_k_q8k;
-        for (int64_t r = r0; r < r1; ++r) {
-            const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
-            for (int t = 0; t < n_tok; ++t)
-                y[static_cast<int64_t>(t) * w.rows + r] = dot(row, xq + t * nb, nb, 0.0f);
+        } else {
+            kquant_rows(w, xq, n_tok, y, r0, r1);
         }
         return;
     }
@@ -177,6 +171,17 @@ void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int6
             for (int t = 0; t < nt; ++t)
                 y[static_cast<int64_t>(t0 + t) * w.rows + r] = static_cast<float>(acc[t]);
         }
+    }
+}
+
+void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
+                 int64_t r1) {
+    const int64_t nb = w.cols / detail::q8k_elems;
+    auto* dot = w.type == tensor_type::q4_k ? &detail::dot_q4_k_q8k : &detail::dot_q6_k_q8k;
+    for (int64_t r = r0; r < r1; ++r) {
+        const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+        for (int t = 0; t < n_tok; ++t)
+            y[static_cast<int64_t>(t) * w.rows + r] = dot(row, xq + t * nb, nb, 0.0f);
     }
 }
 

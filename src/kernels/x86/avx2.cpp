@@ -394,6 +394,11 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
     }
 }
 
+H2OKV_AVX2 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
+                            int64_t r0, int64_t r1) {
+    x86::kquant_rows<vi256>(w, xq, n_tok, y, r0, r1);
+}
+
 H2OKV_AVX2 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) {
     switch (t) {
         case tensor_type::f32: dequantize_dense<f32_loader>(src, n, dst); return;
@@ -482,8 +487,9 @@ bool cpu_has_avx2() {
 }
 
 const kernel_table& avx2_table() {
-    static const kernel_table t{isa::avx2,     &avx2::matmul_rows, &avx2::dequantize_row, &avx2::softmax,
-                                &avx2::attend, &avx2::rmsnorm,     &avx2::swiglu};
+    static const kernel_table t{isa::avx2,      &avx2::matmul_rows,  &avx2::dequantize_row,
+                                &avx2::softmax, &avx2::attend,       &avx2::rmsnorm,
+                                &avx2::swiglu,  &avx2::quantize_q8k, &avx2::kquant_rows};
     return t;
 }
 

@@ -37,5 +37,8 @@ void quantize_q8k(const float* x, int64_t cols, detail::q8k_block* out);
 // xq + t * w.cols / 256), reading each row in its GGUF layout; the bits of kernels/q8k.h.
 void kquant_direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                         int64_t r1);
+// kernel_table::kquant_rows: the one-token kernels for up to 3 tokens, else 8-row panels (kquant_tiles.h).
+void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
+                 int64_t r1);
 
 }  // namespace h2okv::kernels::avx2

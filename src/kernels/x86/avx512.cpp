@@ -71,9 +71,9 @@ H2OKV_AVX512 inline float half_at(const std::byte* p) {
     return _cvtsh_ss(h);
 }
 
-// One output of a Q4_K row (kernels/q8k.h) with 512-bit VNNI: each 64-element chunk (two sub-blocks) is one
-// vpdpbusd, its lanes 0..7 and 8..15 scaled by their sub-block's scale; then the block's integer sums and
-// its two float steps, as the AVX2 kernel.
+// One output of a Q4_K row (kernels/q8k.h) with 512-bit vectors: each 64-element chunk (two sub-blocks) is
+// one vpmaddubsw and one vpdpwssd with its sub-blocks' scales as 16-bit words; then the block's integer sums
+// and its two float steps, as the AVX2 kernel.
 H2OKV_AVX512_VNNI float q4_k_direct(const std::byte* row, const detail::q8k_block* x, int64_t nb) {
     float acc = 0.0f;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
@@ -83,7 +83,9 @@ H2OKV_AVX512_VNNI float q4_k_direct(const std::byte* row, const detail::q8k_bloc
         uint32_t words[4];
         detail::unpack_scale_min_k4(reinterpret_cast<const uint8_t*>(block + detail::q4_k_scales_offset),
                                     words);
-        const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words)));
+        // Words 0..7: the scales, 8..15: the mins.
+        const __m256i scm = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words)));
+        const __m512i sc = _mm512_castsi256_si512(scm);
         __m512i iacc = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
@@ -91,20 +93,16 @@ H2OKV_AVX512_VNNI float q4_k_direct(const std::byte* row, const detail::q8k_bloc
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q4_k_qs_offset + 32 * p));
             const __m512i w = _mm512_and_si512(
                 _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), low4);
-            const __m512i dp =
-                _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xb.qs + 64 * p));
-            const __m512i pick =
-                _mm512_set_epi32(2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
-                                 2 * p + 1, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p);
-            iacc = _mm512_add_epi32(iacc, _mm512_mullo_epi32(dp, _mm512_permutexvar_epi32(pick, scm)));
+            const __m512i prod = _mm512_maddubs_epi16(w, _mm512_loadu_si512(xb.qs + 64 * p));
+            const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * p)),
+                                                    _mm256_set1_epi16(static_cast<int16_t>(2 * p + 1)), 1);
+            iacc = _mm512_dpwssd_epi32(iacc, prod, _mm512_permutexvar_epi16(pick, sc));
         }
-        const __m256i bs =
-            _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsum32)));
-        const __m256i mprod = _mm256_mullo_epi32(_mm512_extracti32x8_epi32(scm, 1), bs);
+        const __m128i mprod = _mm_madd_epi16(_mm256_extracti128_si256(scm, 1),
+                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsum32)));
         const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(iacc), _mm512_extracti32x8_epi32(iacc, 1));
         const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i8), _mm256_extracti128_si256(i8, 1));
-        const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mprod), _mm256_extracti128_si256(mprod, 1));
-        __m128i h = _mm_hadd_epi32(i4, m4);
+        __m128i h = _mm_hadd_epi32(i4, mprod);
         h = _mm_hadd_epi32(h, h);
         const float dx = xb.d;
         acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_cvtsi128_si32(h))),
@@ -304,6 +302,15 @@ H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, f
     }
 }
 
+void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
+                 int64_t r1) {
+    if (cpu_has_vnni()) {
+        x86::kquant_rows<vi512>(w, xq, n_tok, y, r0, r1);
+    } else {
+        avx2::kquant_rows(w, xq, n_tok, y, r0, r1);
+    }
+}
+
 H2OKV_AVX512 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) {
     switch (t) {
         case tensor_type::f32: x86::decode_row<v512, x86::f32_rows<v512>>(src, n, dst); return;
@@ -343,7 +350,7 @@ const kernel_table& avx512_table() {
     // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.
     static const kernel_table t{isa::avx512,    &avx512::matmul_rows, &avx512::dequantize_row,
                                 &avx2::softmax, &avx2::attend,        &avx2::rmsnorm,
-                                &avx2::swiglu};
+                                &avx2::swiglu,  &avx2::quantize_q8k,  &avx512::kquant_rows};
     return t;
 }
 

@@ -229,16 +229,11 @@ H2OKV_KQ_TARGET void kq_tile_n(bool q4, int nt, const int32_t* panel, const deta
     }
 }
 
-// Rows [r0, r1) of a Q4_K / Q6_K product (kernels::matmul's contract, the bits of kernels/q8k.h).
+// Rows [r0, r1) of a Q4_K / Q6_K product over quantised activations (kernel_table::kquant_rows).
 template <typename V>
-H2OKV_KQ_TARGET void matmul_kquant(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
-                                   int64_t r1) {
+H2OKV_KQ_TARGET void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
+                                 int64_t r0, int64_t r1) {
     constexpr int64_t L = V::lanes;
-    const detail::q8k_block* xq = detail::quantize_tokens(x, n_tok, w.cols, &avx2::quantize_q8k);
-    if (xq == nullptr) {
-        detail::matmul_kquant_unbuffered(w, x, n_tok, y, r0, r1);
-        return;
-    }
     const int64_t nb = w.cols / detail::q8k_elems;
     const int64_t full_end = r0 + (r1 - r0) / L * L;
     const bool q4 = w.type == gguf::tensor_type::q4_k;
@@ -278,6 +273,18 @@ H2OKV_KQ_TARGET void matmul_kquant(const matrix_view& w, const float* x, int n_t
         }
     }
     if (full_end < r1) V::direct_rows(w, xq, n_tok, y, full_end, r1);
+}
+
+// Rows [r0, r1) of a Q4_K / Q6_K product (kernels::matmul's contract, the bits of kernels/q8k.h).
+template <typename V>
+H2OKV_KQ_TARGET void matmul_kquant(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
+                                   int64_t r1) {
+    const detail::q8k_block* xq = detail::quantize_tokens(x, n_tok, w.cols, &avx2::quantize_q8k);
+    if (xq == nullptr) {
+        detail::matmul_kquant_unbuffered(w, x, n_tok, y, r0, r1);
+        return;
+    }
+    kquant_rows<V>(w, xq, n_tok, y, r0, r1);
 }
 
 }  // namespace
