@@ -10,7 +10,7 @@
 #   LLAMA_CPP_DIR=~/src/llama.cpp scripts/llamacpp/compare.sh /tmp/cmp/smollm-q8_0.gguf --bench
 #
 # Options: --threads N (2), --tokens N (256), --seed S (1), --kv-type f16|f32 (llama.cpp's KV cache; its
-# default f16), --bench (also run llama-bench and h2okv bench: -p 512 -n 128, same threads), --repeats R (3),
+# default f16), --bench (also run llama-bench and h2okv bench: -p 512 -n 128, same threads, one repeat of each in turn), --repeats R (3),
 # --work DIR (where ids, .npy files and JSON go; default a new folder under ${TMPDIR:-/tmp}), --results DIR
 # (also write every figure as DIR/llamacpp_<model>.jsonl, which scripts/gen_results.py renders into
 # docs/RESULTS.md). Both engines use the same KV type.
@@ -113,13 +113,17 @@ if [[ "$bench" == 1 ]]; then
     done
     [[ -n "$llama_bench" ]] || die "--bench: no llama-bench next to libllama or under LLAMA_CPP_DIR"
     echo
-    echo "== speed: -p 512 -n 128, $threads threads, $repeats repeats =="
-    "$llama_bench" -m "$model" -p 512 -n 128 -t "$threads" -r "$repeats" -o json >"$work/llama_bench.json"
-    "$h2okv" bench -m "$model" -p 512 -n 0 -t "$threads" -r "$repeats" --kv-type "$kv_type" --json \
-        >"$work/h2okv_pp.json"
-    "$h2okv" bench -m "$model" -p 0 -n 128 -t "$threads" -r "$repeats" --kv-type "$kv_type" --json \
-        >"$work/h2okv_tg.json"
-    "$python" "$here/bench_table.py" "$work/llama_bench.json" "$work/h2okv_pp.json" "$work/h2okv_tg.json" \
+    echo "== speed: -p 512 -n 128, $threads threads, $repeats repeats (interleaved) =="
+    # One repeat of each engine in turn, so both see the same machine load; the table takes the medians.
+    rm -f "$work"/llama_bench_*.json "$work/h2okv_pp.json" "$work/h2okv_tg.json"
+    for r in $(seq "$repeats"); do
+        "$llama_bench" -m "$model" -p 512 -n 128 -t "$threads" -r 1 -o json >"$work/llama_bench_$r.json"
+        "$h2okv" bench -m "$model" -p 512 -n 0 -t "$threads" -r 1 --seed "$r" --kv-type "$kv_type" --json \
+            >>"$work/h2okv_pp.json"
+        "$h2okv" bench -m "$model" -p 0 -n 128 -t "$threads" -r 1 --seed "$r" --kv-type "$kv_type" --json \
+            >>"$work/h2okv_tg.json"
+    done
+    "$python" "$here/bench_table.py" "$work/h2okv_pp.json" "$work/h2okv_tg.json" "$work"/llama_bench_*.json \
         --json "$work/bench.json"
 fi
 

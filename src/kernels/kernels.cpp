@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
@@ -99,35 +100,54 @@ size_t row_size(tensor_type t, int64_t cols) noexcept {
     }
 }
 
-void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept {
+void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept {
     const detail::kernel_table& tb = table();
-    const int64_t work = w.rows * w.cols * n_tok;
-    const bool serial = work < min_parallel_work || omp_in_parallel() || omp_get_max_threads() == 1;
-    // The k-quants quantise the activations once, for every thread (a failed allocation takes matmul_rows,
-    // which falls back to quantising block by block).
-    const detail::q8k_block* xq = nullptr;
-    if (w.type == tensor_type::q4_k || w.type == tensor_type::q6_k)
-        xq = detail::quantize_tokens(x, n_tok, w.cols, tb.quantize_q8k);
-    auto rows = [&](int64_t r0, int64_t r1) {
-        if (xq != nullptr) {
-            tb.kquant_rows(w, xq, n_tok, y, r0, r1);
-        } else {
-            tb.matmul_rows(w, x, n_tok, y, r0, r1);
+    int64_t work = 0;
+    int64_t n_blocks = 0;
+    bool k_quant = false;
+    for (int i = 0; i < n; ++i) {
+        assert(ws[i].cols == ws[0].cols);
+        work += ws[i].rows * ws[i].cols * n_tok;
+        n_blocks += (ws[i].rows + row_block - 1) / row_block;
+        k_quant = k_quant || ws[i].type == tensor_type::q4_k || ws[i].type == tensor_type::q6_k;
+    }
+    // The k-quants quantise the activations once, for every matrix and thread (a failed allocation takes
+    // matmul_rows, which falls back to quantising block by block).
+    const detail::q8k_block* xq =
+        k_quant ? detail::quantize_tokens(x, n_tok, ws[0].cols, tb.quantize_q8k) : nullptr;
+    // Row blocks [b0, b1) of the matrices taken one after the other.
+    auto blocks = [&](int64_t b0, int64_t b1) {
+        int64_t first = 0;
+        for (int i = 0; i < n && first < b1; ++i) {
+            const matrix_view& w = ws[i];
+            const int64_t count = (w.rows + row_block - 1) / row_block;
+            const int64_t lo = std::max(b0, first) - first;
+            const int64_t hi = std::min(b1, first + count) - first;
+            first += count;
+            if (lo >= hi) continue;
+            const int64_t r0 = lo * row_block;
+            const int64_t r1 = std::min(w.rows, hi * row_block);
+            if (xq != nullptr && (w.type == tensor_type::q4_k || w.type == tensor_type::q6_k)) {
+                tb.kquant_rows(w, xq, n_tok, ys[i], r0, r1);
+            } else {
+                tb.matmul_rows(w, x, n_tok, ys[i], r0, r1);
+            }
         }
     };
-    if (serial) {
-        rows(0, w.rows);
+    if (work < min_parallel_work || omp_in_parallel() || omp_get_max_threads() == 1) {
+        blocks(0, n_blocks);
         return;
     }
-    const int64_t n_blocks = (w.rows + row_block - 1) / row_block;
 #pragma omp parallel
     {
         const int64_t n_threads = omp_get_num_threads();
         const int64_t id = omp_get_thread_num();
-        const int64_t b0 = n_blocks * id / n_threads;
-        const int64_t b1 = n_blocks * (id + 1) / n_threads;
-        if (b0 < b1) rows(b0 * row_block, std::min(w.rows, b1 * row_block));
+        blocks(n_blocks * id / n_threads, n_blocks * (id + 1) / n_threads);
     }
+}
+
+void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept {
+    matmul_shared_input(&w, &y, 1, x, n_tok);
 }
 
 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept {

@@ -211,6 +211,37 @@ TEST(Matmul, BitIdenticalAcrossThreadCounts) {
     omp_set_num_threads(saved_threads);
 }
 
+// Several matrices sharing an input (mixed types, k-quants among them, row counts that are not multiples of
+// the row block) give the bits of separate matmul calls, for any thread count.
+TEST(Matmul, SharedInputEqualsSeparateCalls) {
+    const int saved_threads = omp_get_max_threads();
+    const encoded_matrix a = encode_matrix(tensor_type::q4_k, 301, 512, 21);
+    const encoded_matrix b = encode_matrix(tensor_type::q8_0, 37, 512, 22);
+    const encoded_matrix c = encode_matrix(tensor_type::q6_k, 130, 512, 23);
+    const matrix_view ws[] = {a.view(), b.view(), c.view()};
+    for (int n_tok : {1, 7}) {
+        const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * 512), 24);
+        std::vector<std::vector<float>> want;
+        for (const matrix_view& w : ws) {
+            want.emplace_back(static_cast<size_t>(n_tok * w.rows));
+            matmul(w, x.data(), n_tok, want.back().data());
+        }
+        for (int threads : {1, 2, 3}) {
+            omp_set_num_threads(threads);
+            std::vector<std::vector<float>> got;
+            std::vector<float*> ys;
+            for (const matrix_view& w : ws) got.emplace_back(static_cast<size_t>(n_tok * w.rows), -1.0f);
+            for (auto& g : got) ys.push_back(g.data());
+            matmul_shared_input(ws, ys.data(), 3, x.data(), n_tok);
+            for (size_t i = 0; i < got.size(); ++i) {
+                EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+                    << "matrix " << i << ", " << n_tok << " tokens, " << threads << " threads";
+            }
+        }
+    }
+    omp_set_num_threads(saved_threads);
+}
+
 TEST(Matmul, DispatchUsesTheSelectedVariant) {
     const isa saved = active_isa();
     const encoded_matrix m = encode_matrix(tensor_type::q8_0, 64, 256, 12);

@@ -66,6 +66,11 @@ size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
 // sequence of operations per output are defined in src/kernels/q8k.h, and every ISA gives the same bits.
 void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept;
 
+// matmul for n matrices that share the input x (a layer's q, k and v; gate and up): ys[i] = ws[i] x, all of
+// ws[i].cols equal. One parallel region splits the matrices' row blocks, taken one after the other, between
+// the threads, and the k-quants quantise x once. The same bits as n matmul calls.
+void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept;
+
 // Converts `n` elements of a row of type `t` to f32 (n a whole number of blocks for quantised types). src:
 // the row's bytes.
 void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;

@@ -182,9 +182,9 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
             kernels::rmsnorm(&x_[t * embd], ly.attn_norm.data(), static_cast<int>(embd), hp.rms_eps,
                              &xn_[t * embd]);
         }
-        kernels::matmul(ly.wq, xn_.data(), n, q_.data());
-        kernels::matmul(ly.wk, xn_.data(), n, k_.data());
-        kernels::matmul(ly.wv, xn_.data(), n, v_.data());
+        const kernels::matrix_view qkv[] = {ly.wq, ly.wk, ly.wv};
+        float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
+        kernels::matmul_shared_input(qkv, qkv_out, 3, xn_.data(), n);
         for (size_t t = 0; t < un; ++t) {
             const float* cs = &rope_cs_[t * static_cast<size_t>(hp.rope_dim)];
             kernels::rope_apply(&q_[t * q_dim], hp.n_head, hp.head_dim, hp.rope_dim, cs, hp.rope_pairing);
@@ -198,8 +198,9 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
             kernels::rmsnorm(&x_[t * embd], ly.ffn_norm.data(), static_cast<int>(embd), hp.rms_eps,
                              &xn_[t * embd]);
         }
-        kernels::matmul(ly.w_gate, xn_.data(), n, gate_.data());
-        kernels::matmul(ly.w_up, xn_.data(), n, up_.data());
+        const kernels::matrix_view gate_up[] = {ly.w_gate, ly.w_up};
+        float* const gate_up_out[] = {gate_.data(), up_.data()};
+        kernels::matmul_shared_input(gate_up, gate_up_out, 2, xn_.data(), n);
         for (size_t t = 0; t < un; ++t) {
             kernels::swiglu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
         }
