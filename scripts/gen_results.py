@@ -193,6 +193,30 @@ def speed_section(name, rows, lines):
     lines.append("")
 
 
+def kernels_section(name, rows, lines):
+    """Kernel micro-benchmarks (bench_kernels_bench, 1 thread): matvec GB/s against the read bandwidth."""
+    peak = next(r["bytes_per_second"] for r in rows if r["name"].startswith("peak/read_bandwidth"))
+    per_type = {}
+    for r in rows:
+        parts = r["name"].split("/")
+        if parts[0] != "matmul":
+            continue
+        kind = "decode" if "n_tok:1/" in r["name"] else "prefill"
+        per_type.setdefault(parts[1], {})[kind] = r
+    lines.append(f"### Kernel micro-benchmarks ({name}, 1 thread)\n")
+    lines.append(f"`bench_kernels_bench` (scripts/run_speed.sh): decode is the product of a 16384 x 2048 matrix "
+                 f"with one token (larger than the L3 cache, so the weights stream from memory), against the "
+                 f"measured read bandwidth of {peak / 1e9:.1f} GB/s; prefill is a 2048 x 2048 matrix with 64 tokens.\n")
+    lines.append("| weights | decode GB/s | of read bandwidth | prefill GFLOP/s |")
+    lines.append("|---|---|---|---|")
+    for t, k in per_type.items():
+        d, p = k.get("decode"), k.get("prefill")
+        dec = f"{d['bytes_per_second'] / 1e9:.1f} | {100 * d['bytes_per_second'] / peak:.0f} %" if d else "– | –"
+        pre = f"{p['GFLOP/s'] / 1e9:.0f}" if p else "–"
+        lines.append(f"| {t} | {dec} | {pre} |")
+    lines.append("")
+
+
 def llamacpp_section(name, rows, lines):
     """One model compared with llama.cpp by scripts/llamacpp/compare.sh: logits, then speed."""
     r = rows[0]
@@ -273,6 +297,7 @@ def main():
                    "not whole 256-element blocks, so `gguf synth` writes those matrices as Q8_0 (only ffn_down, 1536 wide, is "
                    "Q4_K): the Q4_K rows below are mostly Q8_0.", ""],
          lambda name, rows: speed_section(name, rows, lines)),
+        ("kernels", [], lambda name, rows: kernels_section(name, rows, lines)),
         ("llamacpp", ["## Side by side with llama.cpp", "",
                       "`scripts/llamacpp/compare.sh MODEL --bench --results results` with `LLAMA_CPP_DIR` pointing at a "
                       "llama.cpp build made outside this repository (see docs/PERFORMANCE.md); the same synthetic GGUF, "

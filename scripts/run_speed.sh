@@ -57,4 +57,18 @@ for r in $(seq 2); do
         done
     done
 done
-echo "run_speed: wrote $out/speed_*.jsonl" >&2
+# Kernel micro-benchmarks (1 thread, the best ISA): the matrix-vector product of a 16384 x 2048 matrix of each
+# weight type (larger than the L3 cache, so it streams from memory) against the measured read bandwidth, and
+# a 64-token product (prefill) in GFLOP/s. One JSON line per benchmark.
+BK=${H2OKV_BENCH_KERNELS:-./build/release/bench/bench_kernels_bench}
+isa=$($B bench -m "$(model q8_0)" -p 1 -n 1 -r 1 --json | /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["isa"])')
+echo "== speed: kernel micro-benchmarks ($isa, 1 thread)" >&2
+rm -f "$out"/kernels_*.jsonl
+"$BK" --benchmark_filter="^peak/read_bandwidth/threads:1|^matmul/[^/]*/$isa/rows:(16384/cols:2048/n_tok:1|2048/cols:2048/n_tok:64)/threads:1/" \
+    --benchmark_min_time=1 --benchmark_format=json 2>/dev/null |
+    /usr/bin/python3 -c '
+import json, sys
+for b in json.load(sys.stdin)["benchmarks"]:
+    print(json.dumps({k: b[k] for k in ("name", "real_time", "time_unit", "bytes_per_second", "GFLOP/s") if k in b}))
+' > "$out/kernels_$isa.jsonl"
+echo "run_speed: wrote $out/speed_*.jsonl and $out/kernels_$isa.jsonl" >&2
