@@ -48,7 +48,7 @@ done
 # Long context: full cache against h2o at a 20 % budget with 64-token prefill chunks (the chunk's new tokens
 # need slots before its evictions, so the KV holds budget + 64 slots per unit).
 echo "== speed: depth 8192, full vs h2o 0.2" >&2
-for r in $(seq 2); do
+for r in $(seq "$repeats"); do
     for t in f16 q4_k; do
         for p in full h2o; do
             args=(--kv-policy "$p")

@@ -26,6 +26,7 @@
 #include "kernels/half.h"
 #include "kernels/q8k.h"
 #include "kernels/x86/avx2.h"
+#include "kernels/x86/q6_k_avx2.h"
 
 #ifndef H2OKV_KQ_TARGET
 #error "define H2OKV_KQ_TARGET before including kernels/x86/kquant_tiles.h"
@@ -85,26 +86,14 @@ inline void pack_q4_k_row(const std::byte* block, int r, int64_t L, int32_t* pb)
     tail[13 * L + r] = float_word(half_word(block + 2));
 }
 
-// Row `r` (lane) of a panel block from its Q6_K block (bit layout in blocks.h).
-inline void pack_q6_k_row(const std::byte* block, int r, int64_t L, int32_t* pb) {
-    const auto* ql = reinterpret_cast<const uint8_t*>(block);
-    const auto* qh = reinterpret_cast<const uint8_t*>(block + detail::q6_k_qh_offset);
+// Row `r` (lane) of a panel block from its Q6_K block: each group of 32 elements (sub-blocks 2g, 2g + 1) is
+// unpacked to bytes at once (bit layout in blocks.h), then spread as 8 words.
+H2OKV_KQ_TARGET inline void pack_q6_k_row(const std::byte* block, int r, int64_t L, int32_t* pb) {
     const auto* scales = reinterpret_cast<const int8_t*>(block + detail::q6_k_scales_offset);
-    for (int h = 0; h < 2; ++h) {
-        for (int k = 0; k < 4; ++k) {
-            // Elements 128h + 32k + l, l < 32: sub-blocks 8h + 2k (l < 16) and 8h + 2k + 1.
-            for (int s = 0; s < 8; ++s) {
-                uint32_t word = 0;
-                for (int i = 0; i < 4; ++i) {
-                    const int l = 4 * s + i;
-                    const int lo = (ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
-                    const int hi = (qh[32 * h + l] >> (2 * k)) & 3;
-                    word |= static_cast<uint32_t>(lo | (hi << 4)) << (8 * i);
-                }
-                const int sub = 8 * h + 2 * k + s / 4;
-                pb[(sub * 4 + s % 4) * L + r] = static_cast<int32_t>(word);
-            }
-        }
+    for (int g = 0; g < 8; ++g) {
+        int32_t words[8];
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(words), q6_k_group_u8(block, g));
+        for (int i = 0; i < 8; ++i) pb[((2 * g + i / 4) * 4 + i % 4) * L + r] = words[i];
     }
     int32_t* tail = pb + 64 * L;
     for (int j = 0; j < 16; ++j) tail[j * L + r] = scales[j];
