@@ -194,7 +194,9 @@ __attribute__((target("avx512f"))) uint64_t read_sum_512(const uint64_t* p, size
         for (int u = 0; u < 8; ++u) acc[u] = _mm512_add_epi64(acc[u], _mm512_loadu_si512(p + i + 8 * u));
     }
     for (int u = 1; u < 8; ++u) acc[0] = _mm512_add_epi64(acc[0], acc[u]);
-    return static_cast<uint64_t>(_mm512_reduce_add_epi64(acc[0]));
+    uint64_t lanes[8];
+    _mm512_storeu_si512(lanes, acc[0]);
+    return std::accumulate(lanes, lanes + 8, uint64_t{0});
 }
 
 __attribute__((target("avx2"))) uint64_t read_sum_256(const uint64_t* p, size_t n) {

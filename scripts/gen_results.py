@@ -243,7 +243,8 @@ def llamacpp_section(name, rows, lines):
         lines.append("")
         lines.append(f"llama-bench (commit {b0.get('llama_cpp_commit') or '?'}, flash attention {b0['flash_attn']}, "
                      f"K cache {b0['llama_cpp_type_k']}) against `h2okv bench` (kernels {b0.get('h2okv_isa') or '?'}), "
-                     "medians of 3 repeats, each test from an empty cache.\n")
+                     f"medians of {b0.get('repeats', '?')} repeats, one of each engine in turn, each test from an empty "
+                     "cache.\n")
 
 
 def trace_section(path, img_dir, lines):

@@ -26,6 +26,7 @@ def main() -> int:
             return [json.loads(line) for line in f.read().strip().splitlines()]
 
     h_pp, h_tg = lines(args[0]), lines(args[1])
+    n_repeats = len(h_tg)
     llama = {}  # test name -> (first record, samples)
     for path in args[2:]:
         with open(path) as f:
@@ -59,7 +60,7 @@ def main() -> int:
         with open(out_json, "w") as f:
             json.dump([{"test": t, "llama_cpp_tps": a, "h2okv_tps": b, "llama_cpp_type_k": k, "flash_attn": fa,
                         "llama_cpp_commit": c, "h2okv_kv_type": h_pp.get("kv_type", "f32"),
-                        "h2okv_isa": h_pp.get("isa")}
+                        "h2okv_isa": h_pp.get("isa"), "repeats": n_repeats}
                        for t, a, b, k, fa, c in rows], f, indent=1)
     return 0
 
