@@ -87,6 +87,15 @@ H2OKV_AVX2 void scores(const float* q, const kv_rows& k, int hd, const int32_t* 
     }
 }
 
+// Once evictions have recycled slots, the kept rows lie scattered over the store, which the hardware
+// prefetcher cannot follow: the kernels prefetch the rows this many slots ahead (it changes no result).
+constexpr int prefetch_ahead = 16;
+
+H2OKV_AVX2 inline void prefetch_row(const kv_rows& r, int32_t slot) {
+    const std::byte* p = r.data + static_cast<size_t>(slot) * r.row_bytes;
+    for (size_t b = 0; b < r.row_bytes; b += 64) __builtin_prefetch(p + b);
+}
+
 // Slots per block of the weighted sum: a block's V rows (16 KiB of f16 at head_dim 64) stay in L1 while
 // every stripe of the output passes over them.
 constexpr int v_block = 128;
@@ -95,7 +104,7 @@ constexpr int v_block = 128;
 // accumulators held in registers across the block (loaded from and stored back to out, which is exact).
 template <typename Rows, int NQ, int NC>
 H2OKV_AVX2 void stripe(float* out, const float* w, size_t w_stride, const kv_rows& v, int hd,
-                       const int32_t* slots, int j0, int j1, int c) {
+                       const int32_t* slots, int j0, int j1, int c, int prefetch_end) {
     __m256 acc[NQ][NC];
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; ++h) {
@@ -104,6 +113,7 @@ H2OKV_AVX2 void stripe(float* out, const float* w, size_t w_stride, const kv_row
             acc[h][u] = _mm256_loadu_ps(out + static_cast<size_t>(h) * hd + c + 8 * u);
     }
     for (int j = j0; j < j1; ++j) {
+        if (j + prefetch_ahead < prefetch_end) prefetch_row(v, slots[j + prefetch_ahead]);
         const std::byte* row = v.data + static_cast<size_t>(slots[j]) * v.row_bytes;
         __m256 wv[NQ];
 #pragma GCC unroll 4
@@ -126,14 +136,14 @@ H2OKV_AVX2 void stripe(float* out, const float* w, size_t w_stride, const kv_row
 // Stripes of NC chunks; the last stripe of a head_dim that NC*8 does not divide has fewer.
 template <typename Rows, int NQ, int NC>
 H2OKV_AVX2 void stripe_any(float* out, const float* w, size_t w_stride, const kv_rows& v, int hd,
-                           const int32_t* slots, int j0, int j1, int c, int chunks) {
+                           const int32_t* slots, int j0, int j1, int c, int chunks, int prefetch_end) {
     if constexpr (NC == 1) {
-        stripe<Rows, NQ, 1>(out, w, w_stride, v, hd, slots, j0, j1, c);
+        stripe<Rows, NQ, 1>(out, w, w_stride, v, hd, slots, j0, j1, c, prefetch_end);
     } else {
         if (chunks >= NC) {
-            stripe<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c);
+            stripe<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c, prefetch_end);
         } else {
-            stripe_any<Rows, NQ, NC - 1>(out, w, w_stride, v, hd, slots, j0, j1, c, chunks);
+            stripe_any<Rows, NQ, NC - 1>(out, w, w_stride, v, hd, slots, j0, j1, c, chunks, prefetch_end);
         }
     }
 }
@@ -143,15 +153,19 @@ template <typename Rows, int NQ>
 H2OKV_AVX2 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v, int hd, const int32_t* slots,
                              int n, float scale, float* out, float* w, size_t w_stride) {
     constexpr int S = NQ == 1 ? 8 : 4;  // (head, slot) chains in flight: 8 or 12
-    for (int j = 0; j < n; j += S)
+    for (int j = 0; j < n; j += S) {
+        for (int p = j + prefetch_ahead; p < std::min(n, j + prefetch_ahead + S); ++p)
+            prefetch_row(k, slots[p]);
         scores<Rows, NQ, S>(q, k, hd, slots + j, std::min(S, n - j), scale, w + j, w_stride);
+    }
     for (int h = 0; h < NQ; ++h) softmax(w + static_cast<size_t>(h) * w_stride, n);
     std::fill(out, out + static_cast<size_t>(NQ) * hd, 0.0f);
     constexpr int NC = NQ == 1 ? 8 : 4;  // output chunks per stripe: 8 or 12 accumulators
     for (int j0 = 0; j0 < n; j0 += v_block) {
         const int j1 = std::min(n, j0 + v_block);
+        // The first stripe of a block prefetches ahead, across blocks too; the others find the rows cached.
         for (int c = 0; c < hd; c += 8 * NC)
-            stripe_any<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c, (hd - c) / 8);
+            stripe_any<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c, (hd - c) / 8, c == 0 ? n : 0);
     }
 }
 
