@@ -284,6 +284,23 @@ status kv_cache::attend(int layer, int64_t first_pos, int n_tok, const float* q,
     return ok_status();
 }
 
+namespace {
+
+// Heads summed in one pass over a unit's slots by commit_rows.
+constexpr int max_unit_heads = 64;
+
+// row[slots[j]] += heads[0][j], then heads[1][j], ... for j < n.
+void add_heads(double* row, const int32_t* slots, int n, const float* const* heads, int n_heads) {
+    if (n_heads == 0) return;
+    for (int j = 0; j < n; ++j) {
+        double s = row[slots[j]];
+        for (int i = 0; i < n_heads; ++i) s += static_cast<double>(heads[i][j]);
+        row[slots[j]] = s;
+    }
+}
+
+}  // namespace
+
 // Completes the rows of chunk query `ci` for the units whose last contributing layer is `layer` and hands
 // them to the policy. Unless the kernel summed them (`fused`), the rows are summed here from the per-head
 // weights, in head order: the same sums in the same order as the fused path.
@@ -304,14 +321,21 @@ void kv_cache::commit_rows(int layer, int ci, const float* weights, bool fused) 
         const int n = n_kept_[static_cast<size_t>(u)] + ci + 1;
         double* row = rows_[static_cast<size_t>(u)].data();
         if (!fused) {
+            // The unit's heads in ascending order; each slot's entry adds them in that order (slots are
+            // distinct, so one pass over the slots adds every head: one gather and scatter, not one per
+            // head).
+            const float* heads[max_unit_heads];
+            int n_heads = 0;
             for (int g = 0; g < hp_.n_kv_head; ++g) {
                 if (policy_->unit_of(layer, g) != u) continue;
-                for (int h = g * group; h < (g + 1) * group; ++h) {
-                    const float* w = weights + static_cast<size_t>(h) * static_cast<size_t>(capacity_);
-                    for (int j = 0; j < n; ++j)
-                        row[slots[static_cast<size_t>(j)]] += static_cast<double>(w[j]);
+                for (int h = g * group; h < (g + 1) * group; ++h)
+                    heads[n_heads++] = weights + static_cast<size_t>(h) * static_cast<size_t>(capacity_);
+                if (n_heads + group > max_unit_heads) {  // more heads than the array: add these now
+                    add_heads(row, slots.data(), n, heads, n_heads);
+                    n_heads = 0;
                 }
             }
+            add_heads(row, slots.data(), n, heads, n_heads);
         }
         if (!hand_over) continue;
         if (observer_) {
