@@ -3,12 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <new>
 
 #include "kernels/blocks.h"
 #include "kernels/half.h"
 #include "kernels/q8k.h"
+#include "kernels/scratch.h"
 
 namespace h2okv::kernels::detail {
 namespace {
@@ -105,17 +104,11 @@ float dot_q6_k_q8k(const std::byte* row, const q8k_block* x, int64_t n_blocks, f
 }
 
 const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quantize_q8k_fn quantize) {
-    thread_local std::unique_ptr<q8k_block[]> buf;
-    thread_local size_t capacity = 0;
     const int64_t nb = cols / q8k_elems;
-    const auto n = static_cast<size_t>(nb) * static_cast<size_t>(n_tok);
-    if (capacity < n) {
-        buf.reset(new (std::nothrow) q8k_block[n]);
-        capacity = buf ? n : 0;
-        if (!buf) return nullptr;
-    }
-    for (int t = 0; t < n_tok; ++t) quantize(x + t * cols, cols, buf.get() + t * nb);
-    return buf.get();
+    q8k_block* buf = thread_scratch<q8k_block>(static_cast<size_t>(nb) * static_cast<size_t>(n_tok));
+    if (buf == nullptr) return nullptr;
+    for (int t = 0; t < n_tok; ++t) quantize(x + t * cols, cols, buf + t * nb);
+    return buf;
 }
 
 void matmul_kquant_unbuffered(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,

@@ -18,13 +18,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <new>
 
 #include "h2okv/kernels/kernels.h"
 #include "kernels/blocks.h"
 #include "kernels/half.h"
 #include "kernels/q8k.h"
+#include "kernels/scratch.h"
 #include "kernels/x86/avx2.h"
 #include "kernels/x86/q6_k_avx2.h"
 
@@ -100,58 +99,32 @@ H2OKV_KQ_TARGET inline void pack_q6_k_row(const std::byte* block, int r, int64_t
     tail[16 * L + r] = float_word(half_word(block + detail::q6_k_d_offset));
 }
 
-// This thread's panel buffer of at least n words, or null when it cannot be allocated.
-inline int32_t* kq_panel_scratch(size_t n) {
-    thread_local std::unique_ptr<int32_t[]> buf;
-    thread_local size_t capacity = 0;
-    if (capacity < n) {
-        buf.reset(new (std::nothrow) int32_t[n]);
-        capacity = buf ? n : 0;
+// The two panel formats for kq_tile: sub-blocks per block, 4-weight steps per sub-block, the panel words
+// of one block (scales at word row 64), where a sub-block's integer sum starts, and the block's float steps.
+struct q4_k_format {
+    static constexpr int subs = 8;
+    static constexpr int steps = 8;
+    static constexpr int64_t words = q4_k_panel_words;
+    template <typename V>
+    H2OKV_KQ_TARGET static typename V::ireg start(const detail::q8k_block&, int) {
+        return V::izero();
     }
-    return buf.get();
-}
-
-// A tile: the L panel rows x NT tokens (x[t]: token t's blocks); y[t * y_stride + lane].
-template <typename V, int NT>
-H2OKV_KQ_TARGET void q4_k_tile(const int32_t* panel, const detail::q8k_block* const* x, int64_t nb, float* y,
-                               int64_t y_stride) {
-    using ireg = typename V::ireg;
-    using freg = typename V::freg;
-    constexpr int64_t L = V::lanes;
-    freg facc[NT];
-#pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) facc[t] = V::fzero();
-    for (int64_t b = 0; b < nb; ++b) {
-        const int32_t* pb = panel + b * q4_k_panel_words * L;
-        ireg iacc[NT];
-#pragma GCC unroll 16
-        for (int t = 0; t < NT; ++t) iacc[t] = V::izero();
-        for (int s = 0; s < 8; ++s) {
-            ireg isum[NT];
-#pragma GCC unroll 16
-            for (int t = 0; t < NT; ++t) isum[t] = V::izero();
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) {
-                const ireg w = V::iload(pb + (s * 8 + k) * L);
-#pragma GCC unroll 16
-                for (int t = 0; t < NT; ++t)
-                    isum[t] = V::dot4(isum[t], w, V::ibcast(x[t][b].qs + 32 * s + 4 * k));
-            }
-            const ireg sc = V::iload(pb + (64 + s) * L);
-#pragma GCC unroll 16
-            for (int t = 0; t < NT; ++t) iacc[t] = V::iadd(iacc[t], V::imul(isum[t], sc));
-        }
-        ireg msum[NT];
+    // facc += I * (d * dx) + M * -(dmin * dx), M = sum_j m_j * bsum32_j (kernels/q8k.h).
+    template <typename V, int NT>
+    H2OKV_KQ_TARGET static void finish(const int32_t* pb, const detail::q8k_block* const* x, int64_t b,
+                                       const typename V::ireg* iacc, typename V::freg* facc) {
+        constexpr int64_t L = V::lanes;
+        typename V::ireg msum[NT];
 #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) msum[t] = V::izero();
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
-            const ireg m = V::iload(pb + (72 + p) * L);
+            const typename V::ireg m = V::iload(pb + (72 + p) * L);
 #pragma GCC unroll 16
             for (int t = 0; t < NT; ++t) msum[t] = V::madd16(msum[t], m, V::ibcast(x[t][b].bsum32 + 2 * p));
         }
-        const freg d = V::fload(pb + 76 * L);
-        const freg dmin = V::fload(pb + 77 * L);
+        const typename V::freg d = V::fload(pb + 76 * L);
+        const typename V::freg dmin = V::fload(pb + 77 * L);
 #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
             const float dx = x[t][b].d;
@@ -159,43 +132,62 @@ H2OKV_KQ_TARGET void q4_k_tile(const int32_t* panel, const detail::q8k_block* co
             facc[t] = V::ffma(V::to_float(msum[t]), V::fmul(dmin, V::fbcast(-dx)), facc[t]);
         }
     }
-#pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) V::fstore(y + t * y_stride, facc[t]);
-}
+};
 
-template <typename V, int NT>
-H2OKV_KQ_TARGET void q6_k_tile(const int32_t* panel, const detail::q8k_block* const* x, int64_t nb, float* y,
-                               int64_t y_stride) {
+struct q6_k_format {
+    static constexpr int subs = 16;
+    static constexpr int steps = 4;
+    static constexpr int64_t words = q6_k_panel_words;
+    // The weights are q in 0..63: each sub-block starts at -32 * its activation sum (the q - 32 offset).
+    template <typename V>
+    H2OKV_KQ_TARGET static typename V::ireg start(const detail::q8k_block& xb, int s) {
+        return V::ibcast(xb.q6_bias + s);
+    }
+    // facc += I * (d * dx).
+    template <typename V, int NT>
+    H2OKV_KQ_TARGET static void finish(const int32_t* pb, const detail::q8k_block* const* x, int64_t b,
+                                       const typename V::ireg* iacc, typename V::freg* facc) {
+        const typename V::freg d = V::fload(pb + 80 * V::lanes);
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t)
+            facc[t] = V::ffma(V::to_float(iacc[t]), V::fmul(d, V::fbcast(x[t][b].d)), facc[t]);
+    }
+};
+
+// A tile: the L panel rows x NT tokens (x[t]: token t's blocks); y[t * y_stride + lane]. Per block, each
+// sub-block's dot products are summed exactly, scaled by the rows' sub-block scales and added up; then the
+// format's float steps.
+template <typename V, typename F, int NT>
+H2OKV_KQ_TARGET void kq_tile(const int32_t* panel, const detail::q8k_block* const* x, int64_t nb, float* y,
+                             int64_t y_stride) {
     using ireg = typename V::ireg;
     using freg = typename V::freg;
     constexpr int64_t L = V::lanes;
+    constexpr int sub_elems = 4 * F::steps;
     freg facc[NT];
 #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) facc[t] = V::fzero();
     for (int64_t b = 0; b < nb; ++b) {
-        const int32_t* pb = panel + b * q6_k_panel_words * L;
+        const int32_t* pb = panel + b * F::words * L;
         ireg iacc[NT];
 #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) iacc[t] = V::izero();
-        for (int s = 0; s < 16; ++s) {
+        for (int s = 0; s < F::subs; ++s) {
             ireg isum[NT];
 #pragma GCC unroll 16
-            for (int t = 0; t < NT; ++t) isum[t] = V::ibcast(x[t][b].q6_bias + s);
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) {
-                const ireg w = V::iload(pb + (s * 4 + k) * L);
+            for (int t = 0; t < NT; ++t) isum[t] = F::template start<V>(x[t][b], s);
+#pragma GCC unroll 8
+            for (int k = 0; k < F::steps; ++k) {
+                const ireg w = V::iload(pb + (s * F::steps + k) * L);
 #pragma GCC unroll 16
                 for (int t = 0; t < NT; ++t)
-                    isum[t] = V::dot4(isum[t], w, V::ibcast(x[t][b].qs + 16 * s + 4 * k));
+                    isum[t] = V::dot4(isum[t], w, V::ibcast(x[t][b].qs + sub_elems * s + 4 * k));
             }
             const ireg sc = V::iload(pb + (64 + s) * L);
 #pragma GCC unroll 16
             for (int t = 0; t < NT; ++t) iacc[t] = V::iadd(iacc[t], V::imul(isum[t], sc));
         }
-        const freg d = V::fload(pb + 80 * L);
-#pragma GCC unroll 16
-        for (int t = 0; t < NT; ++t)
-            facc[t] = V::ffma(V::to_float(iacc[t]), V::fmul(d, V::fbcast(x[t][b].d)), facc[t]);
+        F::template finish<V, NT>(pb, x, b, iacc, facc);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) V::fstore(y + t * y_stride, facc[t]);
@@ -212,9 +204,9 @@ H2OKV_KQ_TARGET void kq_tile_n(bool q4, int nt, const int32_t* panel, const deta
         }
     }
     if (q4) {
-        q4_k_tile<V, NT>(panel, x, nb, y, y_stride);
+        kq_tile<V, q4_k_format, NT>(panel, x, nb, y, y_stride);
     } else {
-        q6_k_tile<V, NT>(panel, x, nb, y, y_stride);
+        kq_tile<V, q6_k_format, NT>(panel, x, nb, y, y_stride);
     }
 }
 
@@ -228,7 +220,7 @@ H2OKV_KQ_TARGET void kquant_rows(const matrix_view& w, const detail::q8k_block* 
     const bool q4 = w.type == gguf::tensor_type::q4_k;
     const int64_t words = (q4 ? q4_k_panel_words : q6_k_panel_words) * L;
     int32_t* panel = n_tok >= kq_panel_min_tokens && full_end > r0
-                         ? kq_panel_scratch(static_cast<size_t>(nb * words))
+                         ? detail::thread_scratch<int32_t>(static_cast<size_t>(nb * words))
                          : nullptr;
     if (panel == nullptr) {
         V::direct_rows(w, xq, n_tok, y, r0, r1);

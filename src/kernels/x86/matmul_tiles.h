@@ -27,10 +27,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <new>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/scratch.h"
 
 #ifndef H2OKV_TILE_TARGET
 #error "define H2OKV_TILE_TARGET before including kernels/x86/matmul_tiles.h"
@@ -207,17 +206,6 @@ H2OKV_TILE_TARGET void decode_row(const std::byte* row, int64_t n, float* dst) {
     }
 }
 
-// This thread's panel buffer of at least n floats, or null when it cannot be allocated.
-inline float* panel_scratch(size_t n) {
-    thread_local std::unique_ptr<float[]> buf;
-    thread_local size_t capacity = 0;
-    if (capacity < n) {
-        buf.reset(new (std::nothrow) float[n]);
-        capacity = buf ? n : 0;
-    }
-    return buf.get();
-}
-
 // Rows [r0, r1) for many tokens: per token block, per panel of up to panel_rows rows (decoded to f32 once,
 // or read in place for F32 weights), per tile of panel_tokens tokens, per panel_rows-row group.
 template <typename V, typename C, bool InPlace>
@@ -228,7 +216,7 @@ H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n
     const int64_t cols = w.cols;
     float* panel = nullptr;
     if constexpr (!InPlace) {
-        panel = panel_scratch(static_cast<size_t>(panel_rows * cols));
+        panel = detail::thread_scratch<float>(static_cast<size_t>(panel_rows * cols));
         if (panel == nullptr) {
             matmul_direct<V, C>(w, x, n_tok, y, r0, r1);
             return;
