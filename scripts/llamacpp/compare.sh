@@ -11,6 +11,8 @@
 #
 # Options: --threads N (2), --tokens N (256), --seed S (1), --kv-type f16|f32 (llama.cpp's KV cache; its
 # default f16), --bench (also run llama-bench and h2okv bench: -p 512 -n 128, same threads, one repeat of each in turn), --repeats R (3),
+# --depth D (with --bench: also decode 64 tokens after D cached tokens, llama.cpp's full cache against h2okv's
+# full cache and h2okv's H2O cache at a 20 % budget; off by default, as filling the depth takes minutes),
 # --work DIR (where ids, .npy files and JSON go; default a new folder under ${TMPDIR:-/tmp}), --results DIR
 # (also write every figure as DIR/llamacpp_<model>.jsonl, which scripts/gen_results.py renders into
 # docs/RESULTS.md). Both engines use the same KV type.
@@ -26,7 +28,7 @@ die() {
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-model="" threads=2 n_tokens=256 seed=1 kv_type=f16 bench=0 repeats=3 work="" results=""
+model="" threads=2 n_tokens=256 seed=1 kv_type=f16 bench=0 repeats=3 depth=0 work="" results=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --threads) threads="${2:?--threads needs a value}"; shift 2 ;;
@@ -34,6 +36,7 @@ while [[ $# -gt 0 ]]; do
         --seed) seed="${2:?--seed needs a value}"; shift 2 ;;
         --kv-type) kv_type="${2:?--kv-type needs a value}"; shift 2 ;;
         --repeats) repeats="${2:?--repeats needs a value}"; shift 2 ;;
+        --depth) depth="${2:?--depth needs a value}"; shift 2 ;;
         --work) work="${2:?--work needs a value}"; shift 2 ;;
         --results) results="${2:?--results needs a value}"; shift 2 ;;
         --bench) bench=1; shift ;;
@@ -45,6 +48,8 @@ done
 [[ -n "$model" ]] || die "no model given; usage: LLAMA_CPP_DIR=... compare.sh MODEL.gguf [--bench] (see --help)"
 [[ -f "$model" ]] || die "model '$model' does not exist"
 [[ "$kv_type" == f16 || "$kv_type" == f32 ]] || die "--kv-type '$kv_type': expected f16 or f32"
+[[ "$depth" =~ ^[0-9]+$ ]] || die "--depth '$depth': expected a number of tokens (0: off)"
+[[ "$depth" == 0 || "$bench" == 1 ]] || die "--depth needs --bench"
 
 # The llama.cpp build: headers and libllama, never fetched or built here.
 [[ -n "${LLAMA_CPP_DIR:-}" ]] ||
@@ -123,7 +128,23 @@ if [[ "$bench" == 1 ]]; then
         "$h2okv" bench -m "$model" -p 0 -n 128 -t "$threads" -r 1 --seed "$r" --kv-type "$kv_type" --json \
             >>"$work/h2okv_tg.json"
     done
-    "$python" "$here/bench_table.py" "$work/h2okv_pp.json" "$work/h2okv_tg.json" "$work"/llama_bench_*.json \
+    bench_files=("$work"/llama_bench_*.json)
+    if [[ "$depth" != 0 ]]; then
+        echo "== speed at depth $depth: -n 64 after $depth cached tokens, $repeats repeats (interleaved) =="
+        rm -f "$work"/llama_depth_*.json "$work/h2okv_depth_full.json" "$work/h2okv_depth_h2o.json"
+        for r in $(seq "$repeats"); do
+            "$llama_bench" -m "$model" -d "$depth" -p 0 -n 64 -t "$threads" -r 1 -o json >"$work/llama_depth_$r.json"
+            "$h2okv" bench -m "$model" --depth "$depth" -p 0 -n 64 -t "$threads" -r 1 --seed "$r" \
+                --kv-type "$kv_type" --json >>"$work/h2okv_depth_full.json"
+            # The settings of scripts/run_speed.sh's depth test: 64-token prefill chunks need 64 slots beyond
+            # the budget.
+            "$h2okv" bench -m "$model" --depth "$depth" -p 0 -n 64 -t "$threads" -r 1 --seed "$r" \
+                --kv-type "$kv_type" --kv-policy h2o --kv-budget 0.2 --kv-prefill-chunk 64 --json \
+                >>"$work/h2okv_depth_h2o.json"
+        done
+        bench_files+=("$work"/llama_depth_*.json --depth "$work/h2okv_depth_full.json" "$work/h2okv_depth_h2o.json")
+    fi
+    "$python" "$here/bench_table.py" "$work/h2okv_pp.json" "$work/h2okv_tg.json" "${bench_files[@]}" \
         --json "$work/bench.json"
 fi
 

@@ -80,10 +80,16 @@ H2OKV_AVX2 void scores(const float* q, const kv_rows& k, int hd, const int32_t* 
     const __m128 sv = _mm_set1_ps(scale);
 #pragma GCC unroll 4
     for (int h = 0; h < NQ; ++h) {
+        float* wh = w + static_cast<size_t>(h) * w_stride;
+        if (count == S) {  // the usual full batch: stored in place (a memcpy of a run-time size is a call)
+#pragma GCC unroll 2
+            for (int b = 0; b < S; b += 4) _mm_storeu_ps(wh + b, _mm_mul_ps(hsum4(&acc[h][b]), sv));
+            continue;
+        }
         alignas(16) float r[S];
 #pragma GCC unroll 2
         for (int b = 0; b < S; b += 4) _mm_store_ps(r + b, _mm_mul_ps(hsum4(&acc[h][b]), sv));
-        std::memcpy(w + static_cast<size_t>(h) * w_stride, r, sizeof(float) * static_cast<size_t>(count));
+        std::memcpy(wh, r, sizeof(float) * static_cast<size_t>(count));
     }
 }
 
