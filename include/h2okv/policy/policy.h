@@ -138,7 +138,7 @@ public:
     // Starts the chunk of positions [first, first + n): first must follow the previous chunk (0 after
     // create() or reset()), 1 <= n <= max_chunk and first + n <= max_positions.
     status begin_chunk(int64_t first, int n);
-    // Slots held before the chunk (each query of the chunk attends all of them), in no particular order.
+    // Slots held before the chunk (each query of the chunk attends all of them), in ascending slot order.
     // After end_chunk: every slot held.
     std::span<const int32_t> kept_slots(int unit) const;
     // The slot of chunk token i, for i in [0, n), of the current (or last) chunk.
