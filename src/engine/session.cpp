@@ -57,21 +57,25 @@ status session::process(std::span<const int32_t> tokens, model::logits_mode mode
     if (mode == model::logits_mode::all) logits->assign(tokens.size() * n_vocab, 0.0f);
     if (mode == model::logits_mode::last) logits->assign(n_vocab, 0.0f);
 
+    if (!pass_) pass_ = std::make_unique<forward_pass>(*model_);
     const auto start = std::chrono::steady_clock::now();
     const size_t chunk = static_cast<size_t>(params_.prefill_chunk);
+    // A chunk goes in one pass, or one pass per token when the policy needs it (kv_cache::token_by_token).
+    const size_t per_pass = token_by_token() ? 1 : chunk;
     for (size_t off = 0; off < tokens.size(); off += chunk) {
         const size_t n = std::min(chunk, tokens.size() - off);
-        const bool final_chunk = off + n == tokens.size();
-        model::logits_mode m = model::logits_mode::none;
-        float* out = nullptr;
-        if (mode == model::logits_mode::all) {
-            m = model::logits_mode::all;
-            out = logits->data() + off * n_vocab;
-        } else if (mode == model::logits_mode::last && final_chunk) {
-            m = model::logits_mode::last;
-            out = logits->data();
+        H2OKV_RETURN_IF_ERROR(open_chunk(static_cast<int>(n)));
+        for (size_t i = off; i < off + n; i += per_pass) {
+            step_part part{this, tokens.subspan(i, std::min(per_pass, off + n - i))};
+            if (mode == model::logits_mode::all) {
+                part.logits = model::logits_mode::all;
+                part.out = logits->data() + i * n_vocab;
+            } else if (mode == model::logits_mode::last && i + part.tokens.size() == tokens.size()) {
+                part.logits = model::logits_mode::last;
+                part.out = logits->data();
+            }
+            H2OKV_RETURN_IF_ERROR(pass_->run({&part, 1}));
         }
-        H2OKV_RETURN_IF_ERROR(process_chunk(tokens.data() + off, static_cast<int>(n), m, out));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (tokens.size() == 1) {
@@ -84,28 +88,30 @@ status session::process(std::span<const int32_t> tokens, model::logits_mode mode
     return ok_status();
 }
 
-status session::process_chunk(const int32_t* tokens, int n, model::logits_mode mode, float* logits) {
-    const int64_t first = n_past_;
-    H2OKV_RETURN_IF_ERROR(cache_->begin_chunk(first, n));
-    if (cache_->token_by_token()) {
-        const auto n_vocab = static_cast<size_t>(model_->params().n_vocab);
-        for (int i = 0; i < n; ++i) {
-            model::logits_mode m = model::logits_mode::none;
-            float* out = nullptr;
-            if (mode == model::logits_mode::all) {
-                m = model::logits_mode::last;
-                out = logits + static_cast<size_t>(i) * n_vocab;
-            } else if (mode == model::logits_mode::last && i == n - 1) {
-                m = model::logits_mode::last;
-                out = logits;
-            }
-            H2OKV_RETURN_IF_ERROR(model_->forward(tokens + i, 1, first + i, *cache_, out, m));
-        }
-    } else {
-        H2OKV_RETURN_IF_ERROR(model_->forward(tokens, n, first, *cache_, logits, mode));
+status session::open_chunk(int n) {
+    if (cache_->in_chunk()) {
+        return invalid_argument("open_chunk: the chunk at {} still has {} tokens to forward",
+                                cache_->chunk_first(), chunk_left());
     }
-    H2OKV_RETURN_IF_ERROR(cache_->end_chunk());
+    if (n < 1 || n > params_.prefill_chunk) {
+        return invalid_argument("open_chunk: {} tokens; expected 1 to the prefill chunk {}", n,
+                                params_.prefill_chunk);
+    }
+    if (n_past_ + n > run_length_) {
+        return invalid_argument("the session was created for {} tokens; {} processed and {} more given",
+                                run_length_, n_past_, n);
+    }
+    return cache_->begin_chunk(n_past_, n);
+}
+
+int session::chunk_left() const {
+    return cache_->in_chunk() ? cache_->chunk_size() - cache_->chunk_done() : 0;
+}
+
+status session::advance(int n) {
     n_past_ += n;
+    if (cache_->chunk_done() < cache_->chunk_size()) return ok_status();
+    H2OKV_RETURN_IF_ERROR(cache_->end_chunk());
     if (chunk_observer_) chunk_observer_(n_past_ - 1);
     return ok_status();
 }

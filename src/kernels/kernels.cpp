@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cassert>
 
+#include "h2okv/core/parallel.h"
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
@@ -134,7 +135,7 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
             }
         }
     };
-    if (work < min_parallel_work || omp_in_parallel() || omp_get_max_threads() == 1) {
+    if (!core::should_fork(core::parallel_site::matmul, work, min_parallel_work)) {
         blocks(0, n_blocks);
         return;
     }

@@ -88,12 +88,12 @@ kv_policy::kv_policy(resolved_params config, layout l)
 
 kv_policy::~kv_policy() = default;
 
-status kv_policy::init() {
-    auto& st = *state_;
+result<footprint> kv_policy::measure() const {
+    footprint f;
     switch (config_.gran) {
-        case granularity::head: st.n_units = layout_.n_layer * layout_.n_kv_head; break;
-        case granularity::layer: st.n_units = layout_.n_layer; break;
-        case granularity::model: st.n_units = 1; break;
+        case granularity::head: f.n_units = layout_.n_layer * layout_.n_kv_head; break;
+        case granularity::layer: f.n_units = layout_.n_layer; break;
+        case granularity::model: f.n_units = 1; break;
     }
     int64_t capacity = layout_.max_positions;
     if (config_.budget > 0 && config_.budget <= layout_.max_positions - layout_.max_chunk) {
@@ -104,12 +104,28 @@ status kv_policy::init() {
         return invalid_argument("{}: {} slots per unit exceed the limit of {} (max_positions {}, budget {})",
                                 config_.name, capacity, k_max_slots, layout_.max_positions, config_.budget);
     }
-    st.capacity = static_cast<int32_t>(capacity);
-    st.reads_attention = needs_attention();
-    st.shared = !st.reads_attention;  // a decision that reads no attention cannot differ between units
+    f.capacity = capacity;
+    f.needs_attention = needs_attention();
+    // A decision that reads no attention cannot differ between units: they share one table.
+    f.n_tables = f.needs_attention ? f.n_units : 1;
+    // allocate_table's vectors: pos, score, kept, scratch, free_heap per slot; chunk, victim_slot, victim_pos
+    // per chunk token.
+    const int64_t chunk = std::min<int64_t>(layout_.max_chunk, capacity);
+    const int64_t per_table = capacity * (8 + 8 + 4 + 4 + 4) + chunk * (4 + 4 + 8);
+    f.table_bytes = per_table * f.n_tables;
+    return f;
+}
+
+status kv_policy::init() {
+    H2OKV_ASSIGN_OR_RETURN(const footprint f, measure());
+    auto& st = *state_;
+    st.n_units = f.n_units;
+    st.capacity = static_cast<int32_t>(f.capacity);
+    st.reads_attention = f.needs_attention;
+    st.shared = !st.reads_attention;
     st.pass = &detail::score_pass();
     try {
-        st.tables.resize(st.shared ? 1 : st.n_units);
+        st.tables.resize(static_cast<size_t>(f.n_tables));
         for (auto& t : st.tables) {
             // A chunk never holds more tokens than there are slots.
             allocate_table(t, st.capacity,
@@ -121,6 +137,10 @@ status kv_policy::init() {
                              st.capacity);
     }
     return ok_status();
+}
+
+bool kv_policy::token_by_token() const {
+    return needs_attention() && config_.gran == granularity::model && layout_.n_layer > 1;
 }
 
 detail::unit_table& kv_policy::table(int unit) const {

@@ -78,7 +78,7 @@ std::vector<std::string> policy_names() {
     return names;
 }
 
-result<std::unique_ptr<kv_policy>> kv_policy::create(const params& p, const layout& l, int64_t run_length) {
+result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout& l, int64_t run_length) {
     const detail::policy_entry* entry = detail::find_policy(p.name);
     if (entry == nullptr) {
         return invalid_argument("unknown policy '{}'; valid: {}", p.name, fmt::join(policy_names(), ", "));
@@ -87,14 +87,22 @@ result<std::unique_ptr<kv_policy>> kv_policy::create(const params& p, const layo
     H2OKV_ASSIGN_OR_RETURN(resolved_params config, entry->resolve(p, run_length));
     config.name = entry->name;
     config.gran = p.gran;
-    std::unique_ptr<kv_policy> pol;
     try {
-        pol = entry->make(config, l);
+        return entry->make(config, l);
     } catch (const std::bad_alloc&) {
         return out_of_memory("{}: cannot allocate the policy", config.name);
     }
+}
+
+result<std::unique_ptr<kv_policy>> kv_policy::create(const params& p, const layout& l, int64_t run_length) {
+    H2OKV_ASSIGN_OR_RETURN(auto pol, make(p, l, run_length));
     H2OKV_RETURN_IF_ERROR(pol->init());
     return pol;
+}
+
+result<footprint> kv_policy::plan(const params& p, const layout& l, int64_t run_length) {
+    H2OKV_ASSIGN_OR_RETURN(auto pol, make(p, l, run_length));
+    return pol->measure();
 }
 
 }  // namespace h2okv::policy

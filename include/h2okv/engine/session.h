@@ -1,6 +1,8 @@
 // A session runs one sequence through a model with a policy-managed KV cache: prompts are processed in chunks
 // of `prefill_chunk` tokens (eviction after each chunk), generated tokens one at a time (eviction after
-// each).
+// each). `process` runs the session alone; in a batch (engine::scheduler, engine::forward_pass) the
+// session opens its chunks and a shared forward pass forwards its tokens beside other sessions', with the
+// same results.
 //
 //   engine::session_params sp;
 //   sp.kv = *policy::params::parse("h2o:budget=64");
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "h2okv/core/status.h"
+#include "h2okv/engine/forward_pass.h"
 #include "h2okv/kv/kv_cache.h"
 #include "h2okv/model/model.h"
 #include "h2okv/policy/policy.h"
@@ -53,6 +56,15 @@ public:
     // Called after each chunk's evictions with the chunk's last position.
     void set_chunk_observer(std::function<void(int64_t last_pos)> obs) { chunk_observer_ = std::move(obs); }
 
+    // Batched use: opens the chunk of the next n tokens at n_past() (1 <= n <= prefill_chunk, within the run
+    // length); forward_pass parts then forward them, and the part that completes the chunk closes it
+    // (evictions, then the chunk observer).
+    status open_chunk(int n);
+    // Tokens of the open chunk not yet forwarded (0 when none is open).
+    int chunk_left() const;
+    // Whether this session's chunks must be forwarded one token per pass (kv_cache::token_by_token).
+    bool token_by_token() const { return cache_->token_by_token(); }
+
     int64_t n_past() const { return n_past_; }
     int64_t n_ctx() const { return n_ctx_; }
     int64_t run_length() const { return run_length_; }
@@ -63,15 +75,18 @@ public:
     const session_params& params() const { return params_; }
 
 private:
+    friend class forward_pass;
     session(model::model& m, session_params p, int64_t n_ctx, int64_t run_length,
             std::unique_ptr<kv::kv_cache> c);
-    status process_chunk(const int32_t* tokens, int n, model::logits_mode mode, float* logits);
+    // Counts n tokens of the open chunk as forwarded; closes the chunk when they complete it.
+    status advance(int n);
 
     model::model* model_;
     session_params params_;
     int64_t n_ctx_;
     int64_t run_length_;
     std::unique_ptr<kv::kv_cache> cache_;
+    std::unique_ptr<forward_pass> pass_;  // process()'s, created on first use
     int64_t n_past_ = 0;
     session_stats stats_;
     std::function<void(int64_t)> chunk_observer_;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,16 +42,25 @@ struct hparams {
     std::string to_string() const;
 };
 
-// Receives one layer's attention inputs for a chunk of tokens and produces its output.
+// Receives one layer's attention inputs for a batch of tokens and produces its output.
 class attention_backend {
 public:
     virtual ~attention_backend() = default;
-    // q: [n_tok][n_head * head_dim], k and v: [n_tok][n_kv_head * head_dim], all after RoPE, for the
-    // positions first_pos .. first_pos + n_tok - 1. out: [n_tok][n_head * head_dim].
-    virtual status attend(int layer, int64_t first_pos, int n_tok, const float* q, const float* k,
-                          const float* v, float* out) = 0;
+    // q: [n_tok][n_head * head_dim], k and v: [n_tok][n_kv_head * head_dim], all after RoPE, for the batch's
+    // tokens in order. out: [n_tok][n_head * head_dim].
+    virtual status attend(int layer, int n_tok, const float* q, const float* k, const float* v,
+                          float* out) = 0;
 };
 
+// The tokens of one forward pass: token i at positions[i]. Logits are produced for the tokens whose
+// output[i] is nonzero, one row each, in batch order (output empty: none).
+struct batch {
+    std::span<const int32_t> tokens;
+    std::span<const int64_t> positions;
+    std::span<const uint8_t> output;
+};
+
+// Which logits a caller wants of a run of tokens.
 enum class logits_mode { none, last, all };
 
 class model {
@@ -64,10 +74,11 @@ public:
     // Bytes of weights the forward pass reads per token.
     virtual int64_t weight_bytes() const = 0;
 
-    // Runs tokens[0..n) at positions first_pos.. through the model. logits: [n][n_vocab] for `all`,
-    // [n_vocab] for `last`, unused for `none`. Token ids are checked against the vocabulary.
-    virtual status forward(const int32_t* tokens, int n, int64_t first_pos, attention_backend& attn,
-                           float* logits, logits_mode mode) = 0;
+    // Runs the batch through the model. logits: [n_out][n_vocab], n_out = the tokens with output set. Token
+    // ids are checked against the vocabulary. The work buffers grow to the largest batch seen.
+    virtual status forward(const batch& b, attention_backend& attn, float* logits) = 0;
+    // Bytes of the work buffers forward() holds now.
+    virtual int64_t work_bytes() const = 0;
 
 protected:
     model(const gguf::file& f, hparams hp) : file_(&f), hp_(std::move(hp)) {}

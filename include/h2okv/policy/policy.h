@@ -112,11 +112,23 @@ struct unit_table;  // one unit's slot table (src/policy/unit_table.h)
 struct policy_state;
 }  // namespace detail
 
+// What kv_policy::create would allocate, computed without allocating anything: an engine sizes a sequence's
+// cache, and admits it, before it exists.
+struct footprint {
+    int64_t capacity = 0;  // slots per unit, as kv_policy::capacity()
+    int n_units = 0;
+    int n_tables = 0;  // slot tables allocated: one per unit, or one all units share (no attention read)
+    bool needs_attention = false;
+    int64_t table_bytes = 0;  // bytes of the slot tables
+};
+
 class kv_policy {
 public:
     // Applies the policy's defaults, resolves a fractional budget against `run_length` and validates the
     // result (the error names the values and the rule they break).
     static result<std::unique_ptr<kv_policy>> create(const params& p, const layout& l, int64_t run_length);
+    // What create() with the same arguments would allocate (the same validation, nothing allocated).
+    static result<footprint> plan(const params& p, const layout& l, int64_t run_length);
     virtual ~kv_policy();
     kv_policy(const kv_policy&) = delete;
     kv_policy& operator=(const kv_policy&) = delete;
@@ -125,6 +137,10 @@ public:
     const layout& shape() const { return layout_; }
     // Whether add_row has any effect; engines skip score accumulation when false.
     virtual bool needs_attention() const = 0;
+    // True when an engine must forward a chunk one token at a time through all layers: a `model`-granularity
+    // policy that reads attention needs the rows of every layer for a query before the next query's row.
+    // Chunk boundaries, and so evictions, do not change; only how the chunk's tokens are batched.
+    bool token_by_token() const;
 
     int n_units() const;
     int unit_of(int layer, int kv_head) const;
@@ -184,6 +200,9 @@ private:
     // Allocates the slot tables; create() calls it once the policy's type (and so needs_attention()) is
     // known.
     status init();
+    // The sizes init() allocates, validated.
+    result<footprint> measure() const;
+    static result<std::unique_ptr<kv_policy>> make(const params& p, const layout& l, int64_t run_length);
     detail::unit_table& table(int unit) const;
 
     resolved_params config_;

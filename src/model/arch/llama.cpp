@@ -39,8 +39,8 @@ public:
 
     status load_weights();
     int64_t weight_bytes() const override { return weight_bytes_; }
-    status forward(const int32_t* tokens, int n, int64_t first_pos, attention_backend& attn, float* logits,
-                   logits_mode mode) override;
+    status forward(const batch& b, attention_backend& attn, float* logits) override;
+    int64_t work_bytes() const override;
 
 private:
     struct layer {
@@ -61,6 +61,7 @@ private:
     // Scratch for forward(), sized for the largest chunk seen so far.
     int scratch_tokens_ = 0;
     std::vector<float> x_, xn_, q_, k_, v_, att_, proj_, gate_, up_, rope_cs_;
+    std::vector<size_t> out_rows_;  // the batch's tokens that produce logits
 };
 
 result<const gguf::tensor_info*> llama_model::tensor(const std::string& name,
@@ -149,14 +150,27 @@ void llama_model::resize_scratch(int n) {
     scratch_tokens_ = n;
 }
 
-status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, attention_backend& attn,
-                            float* logits, logits_mode mode) {
+int64_t llama_model::work_bytes() const {
+    size_t floats = 0;
+    for (const auto* v : {&x_, &xn_, &q_, &k_, &v_, &att_, &proj_, &gate_, &up_, &rope_cs_})
+        floats += v->capacity();
+    return static_cast<int64_t>(floats * sizeof(float) + out_rows_.capacity() * sizeof(size_t));
+}
+
+status llama_model::forward(const batch& b, attention_backend& attn, float* logits) {
     const hparams& hp = params();
-    if (n < 1) return invalid_argument("forward: {} tokens, expected >= 1", n);
+    const int n = static_cast<int>(b.tokens.size());
+    if (n < 1 || b.positions.size() != b.tokens.size() ||
+        (!b.output.empty() && b.output.size() != b.tokens.size())) {
+        return invalid_argument(
+            "forward: {} tokens, {} positions and {} output flags; expected >= 1 token and "
+            "as many positions (and flags, when given)",
+            b.tokens.size(), b.positions.size(), b.output.size());
+    }
     for (int t = 0; t < n; ++t) {
-        if (tokens[t] < 0 || tokens[t] >= hp.n_vocab) {
-            return invalid_argument("token id {} at position {} is outside the vocabulary [0, {})", tokens[t],
-                                    first_pos + t, hp.n_vocab);
+        if (b.tokens[t] < 0 || b.tokens[t] >= hp.n_vocab) {
+            return invalid_argument("token id {} at position {} is outside the vocabulary [0, {})",
+                                    b.tokens[t], b.positions[t], hp.n_vocab);
         }
     }
     resize_scratch(n);
@@ -168,12 +182,12 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
 
     for (size_t t = 0; t < un; ++t) {
         kernels::dequantize_row(tok_embd_.type,
-                                tok_embd_.data + tok_embd_.row_bytes * static_cast<size_t>(tokens[t]),
+                                tok_embd_.data + tok_embd_.row_bytes * static_cast<size_t>(b.tokens[t]),
                                 hp.n_embd, &x_[t * embd]);
     }
     // Every layer rotates q and k of a position by the same angles: computed once per call.
     for (size_t t = 0; t < un; ++t) {
-        kernels::rope_rotation(first_pos + static_cast<int64_t>(t), hp.rope_dim, hp.rope_freq_base,
+        kernels::rope_rotation(b.positions[t], hp.rope_dim, hp.rope_freq_base,
                                &rope_cs_[t * static_cast<size_t>(hp.rope_dim)]);
     }
     for (const layer& ly : layers_) {
@@ -190,7 +204,7 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
             kernels::rope_apply(&q_[t * q_dim], hp.n_head, hp.head_dim, hp.rope_dim, cs, hp.rope_pairing);
             kernels::rope_apply(&k_[t * kv_dim], hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, hp.rope_pairing);
         }
-        H2OKV_RETURN_IF_ERROR(attn.attend(l, first_pos, n, q_.data(), k_.data(), v_.data(), att_.data()));
+        H2OKV_RETURN_IF_ERROR(attn.attend(l, n, q_.data(), k_.data(), v_.data(), att_.data()));
         kernels::matmul(ly.wo, att_.data(), n, proj_.data());
         for (size_t i = 0; i < un * embd; ++i) x_[i] += proj_[i];
 
@@ -207,13 +221,16 @@ status llama_model::forward(const int32_t* tokens, int n, int64_t first_pos, att
         kernels::matmul(ly.w_down, gate_.data(), n, proj_.data());
         for (size_t i = 0; i < un * embd; ++i) x_[i] += proj_[i];
     }
-    if (mode == logits_mode::none) return ok_status();
-    const size_t first_out = mode == logits_mode::all ? 0 : un - 1;
-    for (size_t t = first_out; t < un; ++t) {
-        kernels::rmsnorm(&x_[t * embd], output_norm_.data(), static_cast<int>(embd), hp.rms_eps,
-                         &xn_[(t - first_out) * embd]);
+    out_rows_.clear();
+    for (size_t t = 0; t < b.output.size(); ++t) {
+        if (b.output[t] != 0) out_rows_.push_back(t);
     }
-    kernels::matmul(output_, xn_.data(), static_cast<int>(un - first_out), logits);
+    if (out_rows_.empty()) return ok_status();
+    for (size_t i = 0; i < out_rows_.size(); ++i) {
+        kernels::rmsnorm(&x_[out_rows_[i] * embd], output_norm_.data(), static_cast<int>(embd), hp.rms_eps,
+                         &xn_[i * embd]);
+    }
+    kernels::matmul(output_, xn_.data(), static_cast<int>(out_rows_.size()), logits);
     return ok_status();
 }
 

@@ -1,0 +1,86 @@
+#include "h2okv/engine/forward_pass.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "h2okv/engine/session.h"
+
+namespace h2okv::engine {
+
+forward_pass::forward_pass(model::model& m, kv::attention_runner::path p) : model_(&m), runner_(p) {}
+
+int64_t forward_pass::work_bytes() const {
+    return static_cast<int64_t>(runner_.work_bytes() + logits_.capacity() * sizeof(float));
+}
+
+status forward_pass::run(std::span<const step_part> parts) {
+    caches_.clear();
+    counts_.clear();
+    tokens_.clear();
+    positions_.clear();
+    output_.clear();
+    size_t n_out = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const step_part& p = parts[i];
+        if (p.s == nullptr || &p.s->model() != model_) {
+            return invalid_argument("forward pass: part {} has no session of this model", i);
+        }
+        if (p.tokens.empty()) return invalid_argument("forward pass: part {} has no tokens", i);
+        if (static_cast<int>(p.tokens.size()) > p.s->chunk_left() ||
+            (p.s->token_by_token() && p.tokens.size() != 1)) {
+            return invalid_argument(
+                "forward pass: part {} gives {} tokens, but its session has {} left in its open chunk{}", i,
+                p.tokens.size(), p.s->chunk_left(),
+                p.s->token_by_token() ? " and forwards one per pass" : "");
+        }
+        if (p.logits != model::logits_mode::none && p.out == nullptr) {
+            return invalid_argument("forward pass: part {} wants logits but gives no output", i);
+        }
+        const int64_t first = p.s->n_past();
+        caches_.push_back(&p.s->cache());
+        counts_.push_back(static_cast<int>(p.tokens.size()));
+        for (size_t t = 0; t < p.tokens.size(); ++t) {
+            tokens_.push_back(p.tokens[t]);
+            positions_.push_back(first + static_cast<int64_t>(t));
+            const bool want = p.logits == model::logits_mode::all ||
+                              (p.logits == model::logits_mode::last && t + 1 == p.tokens.size());
+            output_.push_back(want ? 1 : 0);
+            n_out += want;
+        }
+    }
+    if (parts.empty()) return invalid_argument("forward pass: no parts");
+    H2OKV_RETURN_IF_ERROR(runner_.begin_step(caches_, counts_));
+    const model::batch b{tokens_, positions_, output_};
+    const auto n_vocab = static_cast<size_t>(model_->params().n_vocab);
+    // One part writes its logits in place; several share a buffer, then each part's rows are copied out.
+    float* dst = parts.size() == 1 ? parts[0].out : nullptr;
+    if (dst == nullptr && n_out > 0) {
+        try {
+            if (logits_.size() < n_out * n_vocab) logits_.resize(n_out * n_vocab);
+        } catch (const std::bad_alloc&) {
+            return out_of_memory("forward pass: cannot allocate the logits of {} tokens", n_out);
+        }
+        dst = logits_.data();
+    }
+    const status st = model_->forward(b, runner_, dst);
+    if (!st.ok()) {
+        runner_.end_step();
+        return st;
+    }
+    runner_.end_step();
+    size_t row = 0;
+    for (const step_part& p : parts) {
+        const size_t rows = p.logits == model::logits_mode::all    ? p.tokens.size()
+                            : p.logits == model::logits_mode::last ? 1
+                                                                   : 0;
+        if (parts.size() > 1 && rows > 0) {
+            std::memcpy(p.out, logits_.data() + row * n_vocab, rows * n_vocab * sizeof(float));
+        }
+        row += rows;
+        H2OKV_RETURN_IF_ERROR(p.s->advance(static_cast<int>(p.tokens.size())));
+    }
+    return ok_status();
+}
+
+}  // namespace h2okv::engine
