@@ -49,7 +49,8 @@ int32_t sampler::sample(std::span<const float> logits) {
     } else {
         std::sort(candidates_.begin(), candidates_.end(), better);
     }
-    std::vector<double> probs(n);
+    std::vector<double>& probs = probs_;
+    probs.assign(n, 0.0);
     const double max_logit = candidates_[0].first;
     double sum = 0.0;
     for (size_t i = 0; i < n; ++i) {

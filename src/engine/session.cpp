@@ -1,6 +1,7 @@
 #include "h2okv/engine/session.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace h2okv::engine {
 
@@ -10,25 +11,43 @@ status session_params::validate() const {
     return ok_status();
 }
 
-result<std::unique_ptr<session>> session::create(model::model& m, const session_params& p,
-                                                 int64_t run_length) {
+namespace {
+
+// The context and prefill chunk a session of this run takes; refuses what it cannot run.
+struct setup {
+    int64_t n_ctx;
+    int chunk;
+};
+
+result<setup> resolve(const model::model& m, const session_params& p, int64_t run_length) {
     H2OKV_RETURN_IF_ERROR(p.validate());
     if (run_length < 1) return invalid_argument("run length {} must be >= 1", run_length);
     const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : m.params().n_ctx_train;
     if (p.kv.name == "full" && run_length > n_ctx) {
         return invalid_argument(
             "the run needs {} tokens but the context holds {} under the `full` policy; shorten the prompt or "
-            "-n, "
-            "raise -c, or use an evicting policy (which streams past the context)",
+            "-n, raise -c, or use an evicting policy (which streams past the context)",
             run_length, n_ctx);
     }
-    const int chunk = static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length));
-    // `full` holds the whole run (checked above to fit the context); evicting policies stream past the
-    // context, so their positions are bounded by the run as well.
-    const int64_t max_positions = run_length;
+    return setup{n_ctx, static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length))};
+}
+
+}  // namespace
+
+// `full` holds the whole run (checked to fit the context); evicting policies stream past the context, so
+// the positions of either are bounded by the run.
+result<kv::cache_footprint> session::plan(const model::model& m, const session_params& p,
+                                          int64_t run_length) {
+    H2OKV_ASSIGN_OR_RETURN(const setup su, resolve(m, p, run_length));
+    return kv::kv_cache::plan(m.params(), p.kv, su.chunk, run_length, run_length, p.kv_type);
+}
+
+result<std::unique_ptr<session>> session::create(model::model& m, const session_params& p,
+                                                 int64_t run_length) {
+    H2OKV_ASSIGN_OR_RETURN(const setup su, resolve(m, p, run_length));
     H2OKV_ASSIGN_OR_RETURN(
-        auto cache, kv::kv_cache::create(m.params(), p.kv, chunk, max_positions, run_length, p.kv_type));
-    return std::unique_ptr<session>(new session(m, p, n_ctx, run_length, std::move(cache)));
+        auto cache, kv::kv_cache::create(m.params(), p.kv, su.chunk, run_length, run_length, p.kv_type));
+    return std::unique_ptr<session>(new session(m, p, su.n_ctx, run_length, std::move(cache)));
 }
 
 session::session(model::model& m, session_params p, int64_t n_ctx, int64_t run_length,
@@ -59,23 +78,18 @@ status session::process(std::span<const int32_t> tokens, model::logits_mode mode
 
     if (!pass_) pass_ = std::make_unique<forward_pass>(*model_);
     const auto start = std::chrono::steady_clock::now();
-    const size_t chunk = static_cast<size_t>(params_.prefill_chunk);
-    // A chunk goes in one pass, or one pass per token when the policy needs it (kv_cache::token_by_token).
-    const size_t per_pass = token_by_token() ? 1 : chunk;
-    for (size_t off = 0; off < tokens.size(); off += chunk) {
-        const size_t n = std::min(chunk, tokens.size() - off);
-        H2OKV_RETURN_IF_ERROR(open_chunk(static_cast<int>(n)));
-        for (size_t i = off; i < off + n; i += per_pass) {
-            step_part part{this, tokens.subspan(i, std::min(per_pass, off + n - i))};
-            if (mode == model::logits_mode::all) {
-                part.logits = model::logits_mode::all;
-                part.out = logits->data() + i * n_vocab;
-            } else if (mode == model::logits_mode::last && i + part.tokens.size() == tokens.size()) {
-                part.logits = model::logits_mode::last;
-                part.out = logits->data();
-            }
-            H2OKV_RETURN_IF_ERROR(pass_->run({&part, 1}));
+    for (size_t i = 0; i < tokens.size();) {
+        H2OKV_ASSIGN_OR_RETURN(const int n, next_part(tokens.size() - i, std::numeric_limits<int>::max()));
+        step_part part{this, tokens.subspan(i, static_cast<size_t>(n))};
+        if (mode == model::logits_mode::all) {
+            part.logits = model::logits_mode::all;
+            part.out = logits->data() + i * n_vocab;
+        } else if (mode == model::logits_mode::last && i + part.tokens.size() == tokens.size()) {
+            part.logits = model::logits_mode::last;
+            part.out = logits->data();
         }
+        H2OKV_RETURN_IF_ERROR(pass_->run({&part, 1}));
+        i += part.tokens.size();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (tokens.size() == 1) {
@@ -102,6 +116,16 @@ status session::open_chunk(int n) {
                                 run_length_, n_past_, n);
     }
     return cache_->begin_chunk(n_past_, n);
+}
+
+result<int> session::next_part(size_t remaining, int budget) {
+    if (budget <= 0 || remaining == 0) return 0;
+    if (chunk_left() == 0) {
+        H2OKV_RETURN_IF_ERROR(open_chunk(
+            static_cast<int>(std::min<size_t>(static_cast<size_t>(params_.prefill_chunk), remaining))));
+    }
+    const int most = token_by_token() ? 1 : chunk_left();
+    return std::min({most, budget, static_cast<int>(std::min<size_t>(remaining, static_cast<size_t>(most)))});
 }
 
 int session::chunk_left() const {

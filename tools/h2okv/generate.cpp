@@ -16,13 +16,8 @@ namespace {
 struct generate_options {
     model_options model;
     kv_options kv;
+    generation_options gen;
     std::string prompt;
-    int n_predict = 128;
-    float temperature = 0.0f;
-    int top_k = 0;
-    float top_p = 1.0f;
-    uint64_t seed = 0;
-    bool ignore_eos = false;
     bool special = false;
     std::string trace_path;
 };
@@ -69,17 +64,14 @@ int run_generate(const generate_options& o) {
     auto prompt = tok->encode(o.prompt, /*add_bos=*/true, o.special);
     if (!prompt.ok()) return fail(prompt.error());
 
-    engine::generation_params gp;
-    gp.n_predict = o.n_predict;
-    gp.sampling = {o.temperature, o.top_k, o.top_p, o.seed};
-    gp.ignore_eos = o.ignore_eos;
-    if (auto st = gp.validate(); !st.ok()) return fail(st);
+    auto gp = o.gen.to_params();
+    if (!gp.ok()) return fail(gp.error());
 
     auto sp = o.kv.to_session_params(o.model.n_ctx);
     if (!sp.ok()) return fail(sp.error());
     // The prompt is the only multi-token chunk: slots beyond it would never be used.
     sp->prefill_chunk = std::min(sp->prefill_chunk, static_cast<int>(prompt->size()));
-    const int64_t run_length = static_cast<int64_t>(prompt->size()) + o.n_predict;
+    const int64_t run_length = static_cast<int64_t>(prompt->size()) + gp->n_predict;
     auto session = engine::session::create(*lm->model, *sp, run_length);
     if (!session.ok()) return fail(session.error());
 
@@ -97,7 +89,7 @@ int run_generate(const generate_options& o) {
     std::fflush(stdout);
     const tokenizer::tokenizer& t = *tok;
     auto g = engine::generate(
-        **session, *prompt, gp, [&t](int32_t id) { return t.is_eog(id); },
+        **session, *prompt, *gp, [&t](int32_t id) { return t.is_eog(id); },
         [&t](int32_t id) {
             const std::string piece = t.piece(id);
             std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -125,17 +117,8 @@ void add_generate_command(CLI::App& app, int* exit_code) {
         "(speed, KV slots, bytes, evictions) to stderr");
     o->model.add_to(*cmd);
     cmd->add_option("-p,--prompt", o->prompt, "The prompt (BOS is added first)")->required();
-    cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (BOS and prompt not included)")
-        ->capture_default_str();
+    o->gen.add_to(*cmd);
     o->kv.add_to(*cmd);
-    cmd->add_option("--temp", o->temperature, "Sampling temperature (0: greedy, ties to the lowest id)")
-        ->capture_default_str();
-    cmd->add_option("--top-k", o->top_k, "Sample among the k most likely tokens (0: all)")
-        ->capture_default_str();
-    cmd->add_option("--top-p", o->top_p, "Sample among the most likely tokens whose mass reaches p")
-        ->capture_default_str();
-    cmd->add_option("--seed", o->seed, "Random seed of the sampler")->capture_default_str();
-    cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
     cmd->add_flag("--special", o->special, "Parse special-token text (</s>, <|endoftext|>) in the prompt");
     cmd->add_option(
         "--kv-trace", o->trace_path,

@@ -71,6 +71,51 @@ result<engine::session_params> kv_options::to_session_params(int64_t n_ctx) cons
     return sp;
 }
 
+void generation_options::add_to(CLI::App& cmd) {
+    cmd.add_option("-n,--n-predict", n_predict, "Tokens to generate (BOS and prompt not included)")
+        ->capture_default_str();
+    cmd.add_option("--temp", temperature, "Sampling temperature (0: greedy, ties to the lowest id)")
+        ->capture_default_str();
+    cmd.add_option("--top-k", top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
+    cmd.add_option("--top-p", top_p, "Sample among the most likely tokens whose mass reaches p")
+        ->capture_default_str();
+    cmd.add_option("--seed", seed, "Random seed of the sampler")->capture_default_str();
+    cmd.add_flag("--ignore-eos", ignore_eos, "Keep generating past end-of-generation tokens");
+}
+
+result<engine::generation_params> generation_options::to_params() const {
+    engine::generation_params gp;
+    gp.n_predict = n_predict;
+    gp.sampling = {temperature, top_k, top_p, seed};
+    gp.ignore_eos = ignore_eos;
+    H2OKV_RETURN_IF_ERROR(gp.validate());
+    return gp;
+}
+
+void batching_options::add_to(CLI::App& cmd) {
+    cmd.add_option("--parallel", parallel, "The most sequences processed at once (one forward pass per step)")
+        ->capture_default_str();
+    cmd.add_option(
+           "--kv-memory", kv_memory,
+           "KV memory pool for all sequences (512MiB, 1.5GiB, bytes; 0: no limit): a sequence starts only "
+           "when its cache (K/V and slot tables) fits, and waits otherwise")
+        ->capture_default_str();
+    cmd.add_option("--step-tokens", step_tokens,
+                   "Tokens per forward pass: every decoding sequence's next token, then prompt tokens")
+        ->capture_default_str();
+}
+
+result<engine::scheduler_params> batching_options::to_params() const {
+    engine::scheduler_params p;
+    p.parallel = parallel;
+    p.step_tokens = step_tokens;
+    auto bytes = kv::parse_bytes(kv_memory);
+    if (!bytes.ok()) return bytes.error().with_context("--kv-memory");
+    p.kv_memory = *bytes;
+    H2OKV_RETURN_IF_ERROR(p.validate());
+    return p;
+}
+
 void sweep_options::add_to(CLI::App& cmd) {
     cmd.add_flag("--sweep", sweep, "Run the grid --sweep-policies x --sweep-budgets instead of one policy");
     policies_option_ =

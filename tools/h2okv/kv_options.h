@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "h2okv/engine/generate.h"
+#include "h2okv/engine/scheduler.h"
 #include "h2okv/engine/session.h"
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/model.h"
@@ -40,6 +42,29 @@ struct kv_options {
     void add_to(CLI::App& cmd);
     result<policy::params> to_params() const;
     result<engine::session_params> to_session_params(int64_t n_ctx) const;
+};
+
+// -n, --temp, --top-k, --top-p, --seed, --ignore-eos: how `generate` and `batch` generate.
+struct generation_options {
+    int n_predict = 128;
+    float temperature = 0.0f;
+    int top_k = 0;
+    float top_p = 1.0f;
+    uint64_t seed = 0;
+    bool ignore_eos = false;
+
+    void add_to(CLI::App& cmd);
+    result<engine::generation_params> to_params() const;  // validated
+};
+
+// --parallel, --kv-memory, --step-tokens: how many sequences run at once and in how much KV memory.
+struct batching_options {
+    int parallel = 8;
+    std::string kv_memory = "0";
+    int step_tokens = 512;
+
+    void add_to(CLI::App& cmd);
+    result<engine::scheduler_params> to_params() const;  // validated
 };
 
 // --sweep, --sweep-policies, --sweep-budgets: a grid of policy specs x budgets instead of the one policy of

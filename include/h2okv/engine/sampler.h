@@ -28,6 +28,11 @@ public:
     explicit sampler(const sampler_params& p);
     int32_t sample(std::span<const float> logits);
     static int32_t argmax(std::span<const float> logits);  // ties to the lowest id
+    // Bytes of the candidate list sampling keeps (none when greedy).
+    int64_t work_bytes() const {
+        return static_cast<int64_t>(candidates_.capacity() * sizeof(candidates_[0]) +
+                                    probs_.capacity() * sizeof(double));
+    }
 
 private:
     double uniform();  // [0, 1), from splitmix64
@@ -35,6 +40,7 @@ private:
     sampler_params params_;
     uint64_t state_;
     std::vector<std::pair<float, int32_t>> candidates_;
+    std::vector<double> probs_;
 };
 
 }  // namespace h2okv::engine

@@ -48,6 +48,9 @@ public:
     // fractional budgets, and under `full` it must fit the context.
     static result<std::unique_ptr<session>> create(model::model& m, const session_params& p,
                                                    int64_t run_length);
+    // The memory create() would take for its cache, with the same validation, allocating nothing.
+    static result<kv::cache_footprint> plan(const model::model& m, const session_params& p,
+                                            int64_t run_length);
 
     // Processes `tokens` at positions n_past().. in chunks of prefill_chunk (a single token is a decode
     // step). logits: resized to n_vocab (`last`) or tokens.size() * n_vocab (`all`).
@@ -62,6 +65,11 @@ public:
     status open_chunk(int n);
     // Tokens of the open chunk not yet forwarded (0 when none is open).
     int chunk_left() const;
+    // How many tokens the next part of a run may take in a pass with `budget` free tokens, `remaining` being
+    // the run's tokens not yet forwarded: opens the run's next chunk when none is open (min(prefill_chunk,
+    // remaining) tokens, the chunks process() makes), then at most what is left of it (one token per pass
+    // when the session forwards token by token). 0 when budget or remaining is 0.
+    result<int> next_part(size_t remaining, int budget);
     // Whether this session's chunks must be forwarded one token per pass (kv_cache::token_by_token).
     bool token_by_token() const { return cache_->token_by_token(); }
 
