@@ -176,8 +176,7 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
                        static_cast<size_t>(p) * per_part * n;
             const size_t qo =
                 static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(g * group + p * per_part) * hd;
-            double* row =
-                fused_[static_cast<size_t>(qi - q0)] ? c.rows_[static_cast<size_t>(u)].data() : nullptr;
+            double* row = fused_[static_cast<size_t>(qi - q0)] ? c.row(u) : nullptr;
             kernels::attend(q + qo, per_part, c.store_.k(layer, g), c.store_.v(layer, g), hd,
                             c.attended_[static_cast<size_t>(u)].data(), n, scale, out + qo, w,
                             static_cast<size_t>(n), row);
@@ -226,7 +225,7 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
     const policy::kv_policy& pol = *c.policy_;
     const int group = hp_.gqa_group();
     const bool hand = pol.config().gran != policy::granularity::model || layer == hp_.n_layer - 1;
-    double* row = c.rows_[static_cast<size_t>(u)].data();
+    double* row = c.row(u);
     const auto& slots = c.attended_[static_cast<size_t>(u)];
     const int qa = std::max(q0, sg.first);
     const int qb = std::min(q1, sg.first + sg.n);
@@ -272,7 +271,7 @@ void attention_runner::hand_over(const segment& sg, int u, int ci) {
     const auto& slots = c.attended_[static_cast<size_t>(u)];
     const int n_kept = c.n_kept_[static_cast<size_t>(u)];
     const int n = n_kept + ci + 1;
-    double* row = c.rows_[static_cast<size_t>(u)].data();
+    double* row = c.row(u);
     if (c.observer_) {
         std::vector<int64_t> positions;
         attended_positions(*c.policy_, u, slots, n_kept, n, c.chunk_first_, &positions);
@@ -342,7 +341,7 @@ status attention_runner::attend_reference(int layer, const float* q, float* out)
                 kernels::attend(q + qo, 1, c.store_.k(layer, g), c.store_.v(layer, g), hd, slots, n, scale,
                                 out + qo, w, static_cast<size_t>(n), nullptr);
                 if (!sg.scores) continue;
-                double* row = c.rows_[static_cast<size_t>(u)].data();
+                double* row = c.row(u);
                 for (int j = 0; j < n; ++j) row[slots[j]] += static_cast<double>(w[j]);
             }
         }

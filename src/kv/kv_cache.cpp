@@ -41,6 +41,11 @@ policy::layout layout_of(const model::hparams& hp, int max_chunk, int64_t n_ctx)
     return l;
 }
 
+// Score rows summed at once: a layer's units (a head unit's row lives while its layer is attended).
+int64_t rows_in_flight(const model::hparams& hp, policy::granularity g) {
+    return g == policy::granularity::head ? hp.n_kv_head : 1;
+}
+
 }  // namespace
 
 result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::params& pp, int max_chunk,
@@ -58,10 +63,10 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     cache_footprint fp;
     fp.capacity = pf.capacity;
     fp.kv_bytes = slot_store::bytes_for(hp.n_layer, hp.n_kv_head, hp.head_dim, pf.capacity, type);
-    // Per unit: the attended slot list (int32 per slot) and, when the policy reads attention, the score row
-    // (double per slot).
-    const int64_t per_unit = pf.capacity * (4 + (pf.needs_attention ? 8 : 0)) + 4;
-    fp.table_bytes = pf.table_bytes + per_unit * pf.n_units;
+    // Per unit: the attended slot list (int32 per slot); when the policy reads attention, the score rows of
+    // one layer's units (double per slot).
+    const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
+    fp.table_bytes = pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
     H2OKV_RETURN_IF_ERROR(check_memory(hp, fp, type));
     return fp;
 }
@@ -83,7 +88,9 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         c->attended_.resize(units);
         c->n_kept_.assign(units, 0);
         for (auto& a : c->attended_) a.reserve(cap);
-        if (c->policy_->needs_attention()) c->rows_.assign(units, std::vector<double>(cap, 0.0));
+        if (c->policy_->needs_attention()) {
+            c->rows_.assign(static_cast<size_t>(rows_in_flight(hp, pp.gran)), std::vector<double>(cap, 0.0));
+        }
     } catch (const std::bad_alloc&) {
         return out_of_memory("could not allocate the KV cache's slot lists ({} units of {} slots)",
                              c->policy_->n_units(), c->capacity());

@@ -15,6 +15,7 @@ namespace detail {
 
 struct policy_state {
     std::vector<unit_table> tables;  // one per unit, or one that every unit shares (`shared`)
+    std::vector<int32_t> scratch;    // the tables' shared selection scratch
     bool shared = false;
     bool reads_attention = false;
     const score_pass_fns* pass = nullptr;
@@ -49,7 +50,6 @@ void allocate_table(unit_table& t, int32_t capacity, int max_chunk) {
     t.pos.resize(capacity);
     t.score.resize(capacity);
     t.kept.resize(capacity);
-    t.scratch.resize(capacity);
     t.free_heap.reserve(capacity);
     t.chunk.resize(max_chunk);
     t.victim_slot.resize(max_chunk);
@@ -108,11 +108,11 @@ result<footprint> kv_policy::measure() const {
     f.needs_attention = needs_attention();
     // A decision that reads no attention cannot differ between units: they share one table.
     f.n_tables = f.needs_attention ? f.n_units : 1;
-    // allocate_table's vectors: pos, score, kept, scratch, free_heap per slot; chunk, victim_slot, victim_pos
-    // per chunk token.
+    // allocate_table's vectors: pos, score, kept, free_heap per slot; chunk, victim_slot, victim_pos per
+    // chunk token; and the shared scratch.
     const int64_t chunk = std::min<int64_t>(layout_.max_chunk, capacity);
-    const int64_t per_table = capacity * (8 + 8 + 4 + 4 + 4) + chunk * (4 + 4 + 8);
-    f.table_bytes = per_table * f.n_tables;
+    const int64_t per_table = capacity * (8 + 8 + 4 + 4) + chunk * (4 + 4 + 8);
+    f.table_bytes = per_table * f.n_tables + capacity * 4;
     return f;
 }
 
@@ -126,7 +126,9 @@ status kv_policy::init() {
     st.pass = &detail::score_pass();
     try {
         st.tables.resize(static_cast<size_t>(f.n_tables));
+        st.scratch.resize(static_cast<size_t>(st.capacity));
         for (auto& t : st.tables) {
+            t.scratch = st.scratch.data();
             // A chunk never holds more tokens than there are slots.
             allocate_table(t, st.capacity,
                            static_cast<int>(std::min<int64_t>(layout_.max_chunk, st.capacity)));

@@ -16,10 +16,12 @@ namespace h2okv::policy::detail {
 
 struct unit_table {
     // Per slot, `capacity` entries each.
-    std::vector<int64_t> pos;      // the position held, -1 for a free slot
-    std::vector<double> score;     // accumulated attention (0 for a free slot)
-    std::vector<int32_t> kept;     // kept[0..n_kept): slots held before the chunk, in ascending order
-    std::vector<int32_t> scratch;  // candidates of a multi-victim selection
+    std::vector<int64_t> pos;   // the position held, -1 for a free slot
+    std::vector<double> score;  // accumulated attention (0 for a free slot)
+    std::vector<int32_t> kept;  // kept[0..n_kept): slots held before the chunk, in ascending order
+    // Candidates of a multi-victim selection: `capacity` entries that every table of a policy shares (victims
+    // are chosen one table at a time).
+    int32_t* scratch = nullptr;
 
     std::vector<int32_t> free_heap;  // free slots as a min-heap (std::greater), so newcomers take the lowest
 

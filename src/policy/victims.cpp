@@ -35,8 +35,8 @@ void select_smallest(unit_table& t, int count, Less less) {
     const int32_t m = collect_candidates(t);
     assert(m >= count && "validation guarantees enough evictable positions");
     count = std::min(count, static_cast<int>(m));
-    std::nth_element(t.scratch.begin(), t.scratch.begin() + (count - 1), t.scratch.begin() + m, less);
-    std::copy(t.scratch.begin(), t.scratch.begin() + count, t.victim_slot.begin());
+    std::nth_element(t.scratch, t.scratch + (count - 1), t.scratch + m, less);
+    std::copy(t.scratch, t.scratch + count, t.victim_slot.begin());
     finish(t, count);
 }
 

@@ -28,15 +28,31 @@ TEST(Golden, Stories260KGreedy196MatchesReferenceByteForByte) {
     EXPECT_EQ(out, expected);
 }
 
+// Two threads with every parallel region forced (H2OKV_FORCE_PARALLEL=1: the bundled model's products and
+// attention are below the thresholds at which they would fork on their own) give the bytes one thread gives;
+// the statistics line proves that the two-thread run forked at every site.
 TEST(Golden, ThreadCountDoesNotChangeTheOutput) {
     int rc1 = -1, rc2 = -1;
     const std::string args =
         " generate -m " + kModel + " -p 'Once upon a time' -n 120 --kv-policy h2o --kv-budget 40";
+    const std::string err = ::testing::TempDir() + "golden_threads_stderr.txt";
     const std::string one = run_command(kCli + args + " -t 1 2>/dev/null", &rc1);
-    const std::string two = run_command(kCli + args + " -t 2 2>/dev/null", &rc2);
+    const std::string two = run_command("H2OKV_FORCE_PARALLEL=1 " + kCli + args + " -t 2 2>" + err, &rc2);
     EXPECT_EQ(rc1, 0);
     EXPECT_EQ(rc2, 0);
     EXPECT_EQ(one, two);
+    const std::string stats = read_file(err);
+    const auto at = stats.find("threads: 2 (parallel regions: matmul ");
+    ASSERT_NE(at, std::string::npos) << stats;
+    long matmul = 0, attention = 0, commit = 0;
+    ASSERT_EQ(
+        std::sscanf(stats.c_str() + at, "threads: 2 (parallel regions: matmul %ld, attention %ld, commit %ld",
+                    &matmul, &attention, &commit),
+        3)
+        << stats;
+    EXPECT_GT(matmul, 0);
+    EXPECT_GT(attention, 0);
+    EXPECT_GT(commit, 0);
 }
 
 TEST(Golden, DefaultModelIsTheBundledOne) {

@@ -14,12 +14,15 @@ namespace h2okv::policy::detail {
 namespace {
 
 // A table of n slots: positions shuffled over the slots (-1 for about a quarter, free), evictable range
-// [lo, hi).
+// [lo, hi); its selection scratch (n entries, shared by a policy's tables) is a buffer of the test's.
+std::vector<int32_t> g_scratch(1024);
+
 unit_table make_table(int32_t n, int64_t lo, int64_t hi, std::mt19937_64& rng) {
     unit_table t;
     t.pos.assign(n, -1);
     t.score.assign(n, 0.0);
-    t.scratch.resize(n);
+    g_scratch.assign(static_cast<size_t>(n), 0);
+    t.scratch = g_scratch.data();
     t.victim_slot.resize(n);
     t.victim_pos.resize(n);
     std::vector<int64_t> perm(n);

@@ -1,12 +1,15 @@
 // h2okv generate: text generation with a policy-managed KV cache.
 #include "h2okv/engine/generate.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 
 #include "commands.h"
+#include "h2okv/core/parallel.h"
 #include "h2okv/tokenizer/tokenizer.h"
 #include "kv_options.h"
 
@@ -41,6 +44,10 @@ void print_stats(const engine::session& s, const engine::generation& g, int64_t 
     fmt::print(stderr, "decode:  {} tokens in {:.3f} s ({:.1f} tokens/s){}\n", st.decode_tokens,
                st.decode_seconds, tps(st.decode_tokens, st.decode_seconds),
                g.stopped_at_eos ? ", stopped at end-of-generation" : "");
+    fmt::print(stderr, "threads: {} (parallel regions: matmul {}, attention {}, commit {})\n",
+               omp_get_max_threads(), core::fork_count(core::parallel_site::matmul),
+               core::fork_count(core::parallel_site::attention),
+               core::fork_count(core::parallel_site::commit));
     fmt::print(stderr, "kv policy: {}\n", cfg.to_string());
     const int units = pol.n_units();
     fmt::print(stderr, "kv units: {} ({}), slots per unit: {}, positions processed: {}\n", units,

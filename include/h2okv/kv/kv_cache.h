@@ -105,7 +105,12 @@ private:
     int chunk_done_ = 0;
     std::vector<std::vector<int32_t>> attended_;  // per unit: kept slots, then the chunk's slots
     std::vector<int> n_kept_;                     // per unit: how many of attended_ are kept slots
-    std::vector<std::vector<double>> rows_;       // per unit: the row being summed, indexed by slot
+    // The rows being summed, indexed by slot: only one layer's units are in flight at a time, so one row per
+    // KV head for head-granularity units, one for layer or model units (row(u)).
+    std::vector<std::vector<double>> rows_;
+    double* row(int unit) {
+        return rows_[rows_.size() == 1 ? 0 : static_cast<size_t>(unit) % rows_.size()].data();
+    }
     row_observer observer_;
     weights_observer weights_observer_;
 };

@@ -17,6 +17,7 @@
 #include "h2okv/model/model.h"
 #include "h2okv/model/synth.h"
 #include "test_support.h"
+#include "unit/engine/synthetic_models.h"
 
 namespace h2okv {
 namespace {
@@ -81,46 +82,14 @@ TEST(Session, BudgetHoldingTheRunIsBitIdenticalToFull) {
     }
 }
 
-// A synthetic F32 model, with the bytes and the parsed file its weights point into.
-struct synthetic_model {
-    std::vector<std::byte> bytes;
-    std::unique_ptr<gguf::file> file;
-    std::unique_ptr<model::model> model;
-};
-
-synthetic_model load_synthetic(const model::synth_shape& shape, uint64_t seed) {
-    synthetic_model r;
-    auto bytes = model::synthesize_llama(shape, gguf::tensor_type::f32, seed);
-    EXPECT_TRUE(bytes.ok()) << bytes.error().to_string();
-    if (!bytes.ok()) return r;
-    r.bytes = std::move(bytes).value();
-    auto file = gguf::file::parse(r.bytes.data(), r.bytes.size());
-    EXPECT_TRUE(file.ok()) << file.error().to_string();
-    if (!file.ok()) return r;
-    r.file = std::move(file).value();
-    auto m = model::model::load(*r.file);
-    EXPECT_TRUE(m.ok()) << m.error().to_string();
-    if (m.ok()) r.model = std::move(m).value();
-    return r;
-}
-
-// BOS, then n - 1 ids drawn from [3, n_vocab).
-std::vector<int32_t> random_ids(size_t n, int32_t n_vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> tokens{1};
-    while (tokens.size() < n)
-        tokens.push_back(static_cast<int32_t>(3 + rng() % static_cast<uint32_t>(n_vocab - 3)));
-    return tokens;
-}
-
 // KV types on a synthetic model with head_dim 64 and GQA 4 (q8_0 needs head_dim a multiple of 32): the
 // cache's bytes are the type's, a budget holding the run is bit-identical to full, the rounding changes the
 // logits (f16 and q8_0 differ from f32, little), and two threads give the same bits as one.
 TEST(Session, KvTypesOnASyntheticModel) {
-    const synthetic_model sm = load_synthetic({256, 2, 4, 1, 192, 300, 2048, true}, 9);
+    const testing::synthetic_model sm = testing::load_synthetic({256, 2, 4, 1, 192, 300, 2048, true}, 9);
     ASSERT_NE(sm.model, nullptr);
     model::model* m = sm.model.get();
-    const std::vector<int32_t> tokens = random_ids(48, 300, 3);
+    const std::vector<int32_t> tokens = testing::random_ids(48, 300, 3);
     const auto full_f32 = run_all(make("full", 0, policy::granularity::head), 8, tokens, kv::kv_type::f32, m);
     for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0}) {
         SCOPED_TRACE(kv::kv_type_name(type));
@@ -167,10 +136,10 @@ TEST(Session, KvTypesOnASyntheticModel) {
 // parallel (and, with 16-token chunks, sums the per-head weights there): the bits do not depend on the
 // thread count.
 TEST(Session, ParallelScoreCommitMatchesOneThread) {
-    const synthetic_model sm = load_synthetic({256, 2, 32, 8, 64, 300, 2048, true}, 5);
+    const testing::synthetic_model sm = testing::load_synthetic({256, 2, 32, 8, 64, 300, 2048, true}, 5);
     ASSERT_NE(sm.model, nullptr);
     model::model* m = sm.model.get();
-    const std::vector<int32_t> tokens = random_ids(640, 300, 4);
+    const std::vector<int32_t> tokens = testing::random_ids(640, 300, 4);
     for (int chunk : {1, 16}) {
         const auto p = make("h2o", 560, policy::granularity::head);
         omp_set_num_threads(2);
