@@ -71,14 +71,17 @@ H2OKV_AVX512 inline float half_at(const std::byte* p) {
     return _cvtsh_ss(h);
 }
 
-// One output of a Q4_K row (kernels/q8k.h) with 512-bit vectors: each 64-element chunk (two sub-blocks) is
-// one vpmaddubsw and one vpdpwssd with its sub-blocks' scales as 16-bit words; then the block's integer sums
-// and its two float steps, as the AVX2 kernel.
-H2OKV_AVX512_VNNI float q4_k_direct(const std::byte* row, const detail::q8k_block* x, int64_t nb) {
-    float acc = 0.0f;
+// NT outputs of a Q4_K row (kernels/q8k.h), one per token, with 512-bit vectors: each block's scales and
+// 64-element chunks (two sub-blocks) are decoded once for all NT tokens; per token each chunk is one
+// vpmaddubsw and one vpdpwssd with its sub-blocks' scales as 16-bit words, then the block's integer sums
+// and its two float steps, as the AVX2 kernel. Each token's arithmetic is the same whatever NT is.
+template <int NT>
+H2OKV_AVX512_VNNI void q4_k_direct(const std::byte* row, const detail::q8k_block* const* x, int64_t nb,
+                                   float* out) {
+    float acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; ++b) {
-        const detail::q8k_block& xb = x[b];
         const std::byte* block = row + b * detail::q4_k_bytes;
         uint32_t words[4];
         detail::unpack_scale_min_k4(reinterpret_cast<const uint8_t*>(block + detail::q4_k_scales_offset),
@@ -86,31 +89,44 @@ H2OKV_AVX512_VNNI float q4_k_direct(const std::byte* row, const detail::q8k_bloc
         // Words 0..7: the scales, 8..15: the mins.
         const __m256i scm = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(words)));
         const __m512i sc = _mm512_castsi256_si512(scm);
-        __m512i iacc = _mm512_setzero_si512();
+        __m512i w[4], scales[4];
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + detail::q4_k_qs_offset + 32 * p));
-            const __m512i w = _mm512_and_si512(
+            w[p] = _mm512_and_si512(
                 _mm512_inserti64x4(_mm512_castsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), low4);
-            const __m512i prod = _mm512_maddubs_epi16(w, _mm512_loadu_si512(xb.qs + 64 * p));
             const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * p)),
                                                     _mm256_set1_epi16(static_cast<int16_t>(2 * p + 1)), 1);
-            iacc = _mm512_dpwssd_epi32(iacc, prod, _mm512_permutexvar_epi16(pick, sc));
+            scales[p] = _mm512_permutexvar_epi16(pick, sc);
         }
-        const __m128i mprod = _mm_madd_epi16(_mm256_extracti128_si256(scm, 1),
-                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsum32)));
-        const __m256i i8 = _mm256_add_epi32(_mm512_castsi512_si256(iacc), _mm512_extracti32x8_epi32(iacc, 1));
-        const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i8), _mm256_extracti128_si256(i8, 1));
-        __m128i h = _mm_hadd_epi32(i4, mprod);
-        h = _mm_hadd_epi32(h, h);
-        const float dx = xb.d;
-        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_cvtsi128_si32(h))),
-                                         _mm_set_ss(half_at(block) * dx), _mm_set_ss(acc)));
-        acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_extract_epi32(h, 1))),
-                                         _mm_set_ss(-(half_at(block + 2) * dx)), _mm_set_ss(acc)));
+        const float d = half_at(block);
+        const float dmin = half_at(block + 2);
+        const __m128i mins = _mm256_extracti128_si256(scm, 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; ++t) {
+            const detail::q8k_block& xb = x[t][b];
+            __m512i iacc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; ++p) {
+                const __m512i prod = _mm512_maddubs_epi16(w[p], _mm512_loadu_si512(xb.qs + 64 * p));
+                iacc = _mm512_dpwssd_epi32(iacc, prod, scales[p]);
+            }
+            const __m128i mprod =
+                _mm_madd_epi16(mins, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.bsum32)));
+            const __m256i i8 =
+                _mm256_add_epi32(_mm512_castsi512_si256(iacc), _mm512_extracti32x8_epi32(iacc, 1));
+            const __m128i i4 = _mm_add_epi32(_mm256_castsi256_si128(i8), _mm256_extracti128_si256(i8, 1));
+            __m128i h = _mm_hadd_epi32(i4, mprod);
+            h = _mm_hadd_epi32(h, h);
+            const float dx = xb.d;
+            acc[t] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_cvtsi128_si32(h))),
+                                                _mm_set_ss(d * dx), _mm_set_ss(acc[t])));
+            acc[t] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(_mm_extract_epi32(h, 1))),
+                                                _mm_set_ss(-(dmin * dx)), _mm_set_ss(acc[t])));
+        }
     }
-    return acc;
+    for (int t = 0; t < NT; ++t) out[t] = acc[t];
 }
 
 // The few-token k-quant kernel: Q4_K with VNNI, Q6_K (already at the memory's speed) as AVX2.
@@ -121,9 +137,30 @@ H2OKV_AVX512_VNNI void kquant_direct_rows(const matrix_view& w, const detail::q8
         return;
     }
     const int64_t nb = w.cols / detail::q8k_elems;
+    // Rows are walked one at a time (side by side they defeat the hardware prefetcher); on Sapphire Rapids
+    // the prefetcher alone still leaves DRAM idle between rows, so each row also asks for the bytes 1 KiB
+    // ahead (tinyllama-1.1b Q4_K decode, 2 threads: 13.7 -> 25.3 tokens/s; 0.5-2 KiB within 5 % of each
+    // other).
+    constexpr size_t ahead = 1024;
+    const std::byte* end = w.data + static_cast<size_t>(r1) * w.row_bytes;
+    constexpr int group = 4;  // tokens sharing one decode of the row
+    const detail::q8k_block* xt[group];
+    float out[group];
     for (int64_t r = r0; r < r1; ++r) {
         const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
-        for (int t = 0; t < n_tok; ++t) y[t * w.rows + r] = q4_k_direct(row, xq + t * nb, nb);
+        for (const std::byte* p = row + ahead; p < row + ahead + w.row_bytes && p < end; p += 64)
+            __builtin_prefetch(p);
+        for (int t0 = 0; t0 < n_tok; t0 += group) {
+            const int nt = std::min(group, n_tok - t0);
+            for (int j = 0; j < nt; ++j) xt[j] = xq + (t0 + j) * nb;
+            switch (nt) {
+                case 4: q4_k_direct<4>(row, xt, nb, out); break;
+                case 3: q4_k_direct<3>(row, xt, nb, out); break;
+                case 2: q4_k_direct<2>(row, xt, nb, out); break;
+                default: q4_k_direct<1>(row, xt, nb, out); break;
+            }
+            for (int j = 0; j < nt; ++j) y[(t0 + j) * w.rows + r] = out[j];
+        }
     }
 }
 

@@ -35,7 +35,7 @@ namespace h2okv::kernels::x86 {
 namespace {
 
 // From this many tokens on, repacking a panel pays for itself.
-constexpr int kq_panel_min_tokens = 4;
+constexpr int kq_panel_min_tokens = 8;
 // Quantised activations of one token block are kept near this size (L2).
 constexpr int64_t kq_token_block_bytes = 384 * 1024;
 
