@@ -170,15 +170,16 @@ TEST(Q8K, ReferenceProductMatchesExactSumOverQuantisedActivations) {
     }
 }
 
-// Every variant gives the reference's bits: one to three tokens take the one-token kernels, four and more
-// the repacked panels (16 or 8 rows) with partial token tiles and a tail of rows.
+// Every variant gives the reference's bits: up to seven tokens take the row-walking kernels (AVX-512: in
+// groups of up to four tokens per decode of a row), eight and more the repacked panels (16 or 8 rows) with
+// partial token tiles and a tail of rows.
 TEST(Q8K, VariantsMatchReferenceBitForBit) {
     int compared = 0;
     uint32_t seed = 40;
     for (tensor_type type : {tensor_type::q4_k, tensor_type::q6_k}) {
         for (int64_t cols : {256, 512, 1280}) {
             for (int64_t rows : {1, 5, 16, 37}) {
-                for (int n_tok : {1, 2, 3, 4, 5, 9, 17, 26}) {
+                for (int n_tok : {1, 2, 3, 4, 5, 7, 8, 9, 17, 26}) {
                     const encoded_matrix m = encode_matrix(type, rows, cols, seed++, /*row_padding=*/6);
                     const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), seed++);
                     std::vector<float> want(static_cast<size_t>(n_tok * rows), -1.0f);
