@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps demo test test-debug release results speed cli-doc format clean
+.PHONY: all deps demo test test-debug release results speed throughput cli-doc format clean
 
 all: release
 
@@ -32,11 +32,17 @@ test-debug: deps
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_speed.sh results
+	bash scripts/run_throughput.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Re-measures only the speed section (the other sections' files must be in results/ from `make results`).
 speed: release
 	bash scripts/run_speed.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the throughput section (many sequences, equal KV memory; about 15 minutes).
+throughput: release
+	bash scripts/run_throughput.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.

@@ -257,6 +257,74 @@ def llamacpp_section(name, rows, lines):
                          "over the full cache a llama.cpp user runs.\n")
 
 
+def throughput_section(name, rows, lines):
+    """scripts/run_throughput.sh: sequences at once (depth 0 and deep), then equal KV memory, full vs h2o."""
+    r0 = rows[0]
+    lines.append(f"### {name} ({r0['threads']} threads, {r0['cpu']}, kernels {r0['isa']}, KV {r0['kv_type']})\n")
+    deep = next((r["depth"] for r in rows if r["label"] == "deep"), 0)
+    gen = r0["n_gen"]
+    lines.append(f"`h2okv bench --sequences S`: every step is one forward pass with one token of each sequence; "
+                 f"t/s sums the sequences' tokens. Depth 0: a 128-token prompt each, then {gen} decoded; deep: every "
+                 f"sequence {deep} tokens deep, then {gen} decoded. Full cache.\n")
+    lines.append("| sequences | depth 0: prefill t/s | depth 0: decode t/s | vs 1 sequence | decode step ms | "
+                 f"{deep} deep: decode t/s | vs 1 sequence | peak RSS MiB | RSS accounted MiB |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+
+    def med(label, s, key):
+        v = [r[key] for r in rows if r["label"] == label and r["sequences"] == s]
+        return median(v) if v else None
+
+    seqs = sorted({r["sequences"] for r in rows if r["label"] == "depth0"})
+    base0, based = med("depth0", 1, "decode_tps"), med("deep", 1, "decode_tps")
+    for s_ in seqs:
+        d0, dd = med("depth0", s_, "decode_tps"), med("deep", s_, "decode_tps")
+        rss = med("deep", s_, "peak_rss_bytes") or 0
+        acc = med("deep", s_, "rss_accounted_bytes") or 0
+        lines.append(f"| {s_} | {med('depth0', s_, 'prefill_tps'):.1f} | {d0:.1f} | {d0 / base0:.2f}x | "
+                     f"{med('depth0', s_, 'decode_ms_per_step'):.1f} | {dd:.1f} | {dd / based:.2f}x | "
+                     f"{rss / 2**20:.1f} | {acc / 2**20:.1f} ({100 * (rss / acc - 1):+.1f} %) |")
+    lines.append("")
+    lines.append("RSS accounted: the process with the model's metadata (measured after loading) + the weights' file "
+                 "(mapped, all read) + the KV pool's peak (the sequences' caches: K/V and slot tables) + the work "
+                 "buffers (model activations, softmax weights, logits rows), from the deep runs.\n")
+    full = [r for r in rows if r["label"] == "equal_full"]
+    h2o = [r for r in rows if r["label"] == "equal_h2o"]
+    if full and h2o:
+        f0, h0 = full[0], h2o[0]
+        fd, hd = median([r["decode_tps"] for r in full]), median([r["decode_tps"] for r in h2o])
+        lines.append(f"**Equal KV memory.** A pool of {f0['kv_memory'] / 2**20:.1f} MiB holds 4 full caches "
+                     f"{f0['depth']} tokens deep ({f0['kv_footprint'] / 2**20:.1f} MiB each, K/V and slot tables); "
+                     f"16 sequences are submitted, each {f0['depth']} deep, then {gen} decoded.\n")
+        lines.append("| cache | per sequence MiB | at once | waves | decode t/s (all sequences) | vs full | KV bytes per sequence |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for label_, g, d in (("full", f0, fd), (h0["kv_policy"], h0, hd)):
+            lines.append(f"| {label_} | {g['kv_footprint'] / 2**20:.2f} | {g['concurrent']} | {g['waves']} | {d:.1f} | "
+                         f"{d / fd:.2f}x | {g['kv_bytes'] / 2**20:.2f} MiB |")
+        lines.append("")
+        lines.append(f"In the same memory h2o at 20 % runs {h0['concurrent'] / f0['concurrent']:.1f}x the sequences "
+                     f"at once and decodes {hd / fd:.2f}x the tokens per second of the full cache (which runs its "
+                     f"{f0['sequences']} sequences {f0['concurrent']} at a time).\n")
+
+
+def batched_section(name, rows, lines):
+    """scripts/llamacpp/batched.sh: llama-batched-bench against h2okv bench --sequences, full caches."""
+    r0 = rows[0]
+    lines.append(f"### {name}: many sequences, side by side with llama-batched-bench ({r0['threads']} threads, "
+                 f"{r0['cpu']})\n")
+    lines.append("| sequences | prompt | generated | llama.cpp prefill t/s | h2okv prefill t/s | ratio | "
+                 "llama.cpp decode t/s | h2okv decode t/s | ratio |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: (r["n_prompt"], r["sequences"])):
+        lines.append(f"| {r['sequences']} | {r['n_prompt']} | {r['n_gen']} | {r['llama_cpp_prefill_tps']:.1f} | "
+                     f"{r['h2okv_prefill_tps']:.1f} | **{r['h2okv_prefill_tps'] / r['llama_cpp_prefill_tps']:.2f}x** | "
+                     f"{r['llama_cpp_decode_tps']:.1f} | {r['h2okv_decode_tps']:.1f} | "
+                     f"**{r['h2okv_decode_tps'] / r['llama_cpp_decode_tps']:.2f}x** |")
+    lines.append("")
+    lines.append(f"llama-batched-bench (commit {r0['llama_cpp_commit']}, one context holding every sequence, KV f16, "
+                 f"ubatch 512) against `h2okv bench --sequences` (kernels {r0['h2okv_isa']}, KV {r0['kv_type']}); "
+                 f"both keep every token. Medians of {r0['repeats']} runs, the engines taking turns.\n")
+
+
 def trace_section(path, img_dir, lines):
     png = "kept_map_stories260K_h2o64.png"
     plot_kept_map(load(path), os.path.join(img_dir, png), 0,
@@ -312,6 +380,11 @@ def main():
                    "Q4_K): the Q4_K rows below are mostly Q8_0.", ""],
          lambda name, rows: speed_section(name, rows, lines)),
         ("kernels", [], lambda name, rows: kernels_section(name, rows, lines)),
+        ("throughput", ["## Throughput at equal KV memory", "",
+                        "Many sequences in one forward pass per step (`h2okv batch`, `h2okv bench --sequences`, the "
+                        "server), each with its own cache and policy; `scripts/run_throughput.sh` on synthetic "
+                        "models (random weights, real shapes).", ""],
+         lambda name, rows: throughput_section(name, rows, lines)),
         ("llamacpp", ["## Side by side with llama.cpp", "",
                       "`scripts/llamacpp/compare.sh MODEL --bench --results results` with `LLAMA_CPP_DIR` pointing at a "
                       "llama.cpp build made outside this repository (see docs/PERFORMANCE.md); the same synthetic GGUF, "
@@ -319,6 +392,7 @@ def main():
                       "(tinyllama-1.1b for Q4_K, whose rows are whole Q4_K blocks). This section appears only when "
                       "those files are in results/.", ""],
          lambda name, rows: llamacpp_section(name, rows, lines)),
+        ("batched", [], lambda name, rows: batched_section(name, rows, lines)),
     ]
     for prefix, intro, render in sections:
         paths = sorted(glob.glob(os.path.join(res, f"{prefix}_*.jsonl")))

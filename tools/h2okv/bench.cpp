@@ -96,17 +96,23 @@ int64_t current_rss_bytes() {
     return got == 2 ? static_cast<int64_t>(resident) * ::sysconf(_SC_PAGE_SIZE) : 0;
 }
 
-// The CPU's model name, as /proc/cpuinfo gives it ("unknown" elsewhere).
+// The CPU's model name with its family and model numbers, as /proc/cpuinfo gives them (virtual machines often
+// name only the vendor's line: "Intel(R) Xeon(R) Processor (family 6, model 143)" is a Sapphire Rapids).
 std::string cpu_model() {
     std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("model name", 0) == 0) {
-            const auto colon = line.find(':');
-            if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
-        }
+    std::string line, name = "unknown", family, model;
+    auto value = [&line] {
+        const auto colon = line.find(':');
+        const auto start =
+            colon == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", colon + 1);
+        return start == std::string::npos ? std::string() : line.substr(start);
+    };
+    while (std::getline(in, line) && line.find_first_not_of(" \t") != std::string::npos) {
+        if (line.rfind("model name", 0) == 0) name = value();
+        if (line.rfind("cpu family", 0) == 0) family = value();
+        if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0) model = value();
     }
-    return "unknown";
+    return family.empty() ? name : fmt::format("{} (family {}, model {})", name, family, model);
 }
 
 struct repeat_result {
