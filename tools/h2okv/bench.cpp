@@ -97,7 +97,7 @@ int64_t current_rss_bytes() {
 }
 
 // The CPU's model name with its family and model numbers, as /proc/cpuinfo gives them (virtual machines often
-// name only the vendor's line: "Intel(R) Xeon(R) Processor (family 6, model 143)" is a Sapphire Rapids).
+// name only the vendor's line, "Intel(R) Xeon(R) Processor").
 std::string cpu_model() {
     std::ifstream in("/proc/cpuinfo");
     std::string line, name = "unknown", family, model;

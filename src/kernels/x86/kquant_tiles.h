@@ -34,8 +34,9 @@
 namespace h2okv::kernels::x86 {
 namespace {
 
-// From this many tokens on, repacking a panel pays for itself (below, the row-walking kernels share one decode
-// of a row between up to four tokens: tinyllama Q4_K at 4 sequences 32 -> 49 tokens/s on Sapphire Rapids).
+// From this many tokens on, repacking a panel pays for itself (below, the row-walking kernels share one
+// decode of a row between up to four tokens: tinyllama Q4_K at 4 sequences 32 -> 49 tokens/s on Sapphire
+// Rapids).
 constexpr int kq_panel_min_tokens = 8;
 // Quantised activations of one token block are kept near this size (L2).
 constexpr int64_t kq_token_block_bytes = 384 * 1024;
