@@ -120,6 +120,45 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     EXPECT_NE(err.find("f32, f16, q8_0"), std::string::npos) << "the error lists the valid types: " << err;
 }
 
+// --sequences: the sequences that fit --kv-memory run at once, in waves; the report says how many, charges
+// each its cache's footprint, and accounts for the peak RSS.
+TEST_F(BenchCli, SequencesAndTheKvPool) {
+    const std::string model = synth("q8_0");
+    const std::string common = kCli + " bench -m " + model + " -p 16 -n 4 -t 1 -r 1 --json";
+    int rc = -1;
+    const std::string one_out = run_command(common + " 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << one_out;
+    const auto one = nlohmann::json::parse(one_out);
+    EXPECT_EQ(one["sequences"].get<int>(), 1);
+    EXPECT_FALSE(one["cpu"].get<std::string>().empty());
+    const long footprint = one["kv_footprint"].get<long>();
+    EXPECT_GT(footprint, one["kv_bytes"].get<long>()) << "the slot tables are charged too";
+
+    const std::string all_out = run_command(common + " --sequences 5 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << all_out;
+    const auto all = nlohmann::json::parse(all_out);
+    EXPECT_EQ(all["concurrent"].get<int>(), 5);
+    EXPECT_EQ(all["waves"].get<int>(), 1);
+    EXPECT_GT(all["decode_tps"].get<double>(), 0.0);
+    EXPECT_EQ(all["kv_pool_peak"].get<long>(), 5 * footprint);
+    EXPECT_GT(all["rss_accounted_bytes"].get<long>(), all["weights_file_bytes"].get<long>());
+
+    const std::string pooled_out = run_command(
+        common + " --sequences 5 --kv-memory " + std::to_string(2 * footprint + 1) + " 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << pooled_out;
+    const auto pooled = nlohmann::json::parse(pooled_out);
+    EXPECT_EQ(pooled["concurrent"].get<int>(), 2);
+    EXPECT_EQ(pooled["waves"].get<int>(), 3);
+
+    const std::string err = run_command(common + " --sequences 2 --kv-memory 1KiB 2>&1 >/dev/null", &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(err.find("--kv-memory"), std::string::npos) << err;
+    run_command(common + " --kv-memory lots 2>/dev/null", &rc);
+    EXPECT_NE(rc, 0);
+    run_command(common + " --sequences 0 2>/dev/null", &rc);
+    EXPECT_NE(rc, 0);
+}
+
 TEST_F(BenchCli, TableOutputAndBadArguments) {
     const std::string model = synth("f16");
     int rc = -1;
