@@ -255,6 +255,9 @@ struct v256 {
     H2OKV_AVX2 static void store_tail(float* p, int64_t n, reg v) { _mm256_maskstore_ps(p, tail_mask(n), v); }
     H2OKV_AVX2 static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
     H2OKV_AVX2 static float hsum(reg v) { return avx2::hsum(v); }
+    H2OKV_AVX2 static void hsum_many(const reg* v, int n, float* out) {
+        for (int i = 0; i < n; ++i) out[i] = hsum(v[i]);
+    }
 };
 
 // Integer lanes for kquant_tiles.h: 8 rows x 4 tokens (4 float + 8 integer accumulators, the weights and

@@ -61,6 +61,31 @@ struct v512 {
         s = _mm_add_ss(s, _mm_movehdup_ps(s));
         return _mm_cvtss_f32(s);
     }
+    // out[i] = hsum(v[i]) for i < n <= 16, the same bits: four rounds of shuffles and adds reduce the vectors
+    // together, each lane's sum formed from hsum's pairs in hsum's order (a tile's 24 outputs: 69 instead of
+    // ~190 instructions, a quarter of a 576-wide row's tile on Sapphire Rapids).
+    H2OKV_AVX512 static void hsum_many(const reg* v, int n, float* out) {
+        const reg zero = _mm512_setzero_ps();
+        reg c[8], f[4], g[2];
+        for (int k = 0; k < 8; ++k) {  // 16 -> 8: lanes i and i + 8 (two vectors per result)
+            const reg a = 2 * k < n ? v[2 * k] : zero;
+            const reg b = 2 * k + 1 < n ? v[2 * k + 1] : zero;
+            c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+        }
+        for (int k = 0; k < 4; ++k) {  // 8 -> 4: lanes i and i + 4 (four vectors per result)
+            f[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0x88),
+                                 _mm512_shuffle_f32x4(c[2 * k], c[2 * k + 1], 0xDD));
+        }
+        for (int k = 0; k < 2; ++k) {  // 4 -> 2: lanes i and i + 2 of each 128-bit block
+            g[k] = _mm512_add_ps(_mm512_shuffle_ps(f[2 * k], f[2 * k + 1], 0x44),
+                                 _mm512_shuffle_ps(f[2 * k], f[2 * k + 1], 0xEE));
+        }
+        // 2 -> 1: lanes 0 and 1; lane 4j + m then holds the sum of v[4m + j].
+        const reg h = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+        alignas(64) float sums[16];
+        _mm512_store_ps(sums, h);
+        for (int i = 0; i < n; ++i) out[i] = sums[4 * (i % 4) + i / 4];
+    }
 };
 
 using reg = __m512;

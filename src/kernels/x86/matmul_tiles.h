@@ -142,10 +142,13 @@ H2OKV_TILE_TARGET void panel_tile(const float* const* rows, const float* x, int6
             for (int t = 0; t < RN; ++t) acc[r][t] = V::fma(w, xv[t], acc[r][t]);
         }
     }
+    float sums[RM * RN];
+#pragma GCC unroll 4
+    for (int o = 0; o < RM * RN; o += 16) V::hsum_many(&acc[0][0] + o, std::min(16, RM * RN - o), sums + o);
 #pragma GCC unroll 8
     for (int r = 0; r < RM; ++r) {
 #pragma GCC unroll 8
-        for (int t = 0; t < RN; ++t) y[t * y_stride + r] = V::hsum(acc[r][t]);
+        for (int t = 0; t < RN; ++t) y[t * y_stride + r] = sums[r * RN + t];
     }
 }
 
