@@ -188,13 +188,16 @@ H2OKV_TILE_TARGET void matmul_direct(const matrix_view& w, const float* x, int n
     }
 }
 
-// Decodes `n` elements of a row into dst (exactly dequantize_row's values).
+// Decodes `n` elements of a row into dst (exactly dequantize_row's values). With `next` != 0 each step also
+// prefetches the bytes `next` further on (the same part of the next panel's row), step_bytes apart.
 template <typename V, typename C>
-H2OKV_TILE_TARGET void decode_row(const std::byte* row, int64_t n, float* dst) {
+H2OKV_TILE_TARGET void decode_row(const std::byte* row, int64_t n, float* dst, size_t next = 0,
+                                  size_t step_bytes = 0) {
     using reg = typename V::reg;
     constexpr int S = static_cast<int>(C::step / V::lanes);
     int64_t i = 0;
-    for (; i + C::step <= n; i += C::step) {
+    for (size_t at = next; i + C::step <= n; i += C::step, at += step_bytes) {
+        if (next != 0) __builtin_prefetch(row + at);
         reg w[S];
         C::decode(row, i, w);
 #pragma GCC unroll 8
@@ -225,6 +228,8 @@ H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n
             return;
         }
     }
+    const size_t step_bytes = w.row_bytes * static_cast<size_t>(C::step) / static_cast<size_t>(cols);
+    const size_t panel_bytes = static_cast<size_t>(panel_rows) * w.row_bytes;
     const int64_t fit = token_block_bytes / (cols * static_cast<int64_t>(sizeof(float)));
     const int block_tokens = static_cast<int>(std::max<int64_t>(RN, fit / RN * RN));
     for (int t0 = 0; t0 < n_tok; t0 += block_tokens) {
@@ -237,7 +242,11 @@ H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n
                 if constexpr (InPlace) {
                     prow[j] = reinterpret_cast<const float*>(src);
                 } else {
-                    decode_row<V, C>(src, cols, panel + j * cols);
+                    // The weights stream from memory once per token block: ask for the next panel's rows
+                    // while this one is decoded (16 sequences' decode on Sapphire Rapids: half the decode's
+                    // time was waiting for them).
+                    const size_t next = p0 + panel_rows + j < r1 ? panel_bytes : 0;
+                    decode_row<V, C>(src, cols, panel + j * cols, next, step_bytes);
                     prow[j] = panel + j * cols;
                 }
             }

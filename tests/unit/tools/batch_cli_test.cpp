@@ -123,8 +123,8 @@ TEST_F(BatchCli, EscapesTurnIntoCharacters) {
     const std::string got =
         run_command(kCli + " batch -m " + kModel + " -f " + file + " -n 10 --escape 2>/dev/null", &rc);
     ASSERT_EQ(rc, 0);
-    const std::string want =
-        run_command(kCli + " generate -m " + kModel + " -p \"$(printf 'Once upon\\na time')\" -n 10 2>/dev/null", &rc);
+    const std::string want = run_command(
+        kCli + " generate -m " + kModel + " -p \"$(printf 'Once upon\\na time')\" -n 10 2>/dev/null", &rc);
     EXPECT_EQ(got, want);
 }
 
