@@ -284,9 +284,9 @@ def throughput_section(name, rows, lines):
                      f"{med('depth0', s_, 'decode_ms_per_step'):.1f} | {dd:.1f} | {dd / based:.2f}x | "
                      f"{rss / 2**20:.1f} | {acc / 2**20:.1f} ({100 * (rss / acc - 1):+.1f} %) |")
     lines.append("")
-    lines.append("RSS accounted: the process with the model's metadata (measured after loading) + the weights' file "
-                 "(mapped, all read) + the KV pool's peak (the sequences' caches: K/V and slot tables) + the work "
-                 "buffers (model activations, softmax weights, logits rows), from the deep runs.\n")
+    lines.append("RSS accounted: the process with the model once a one-token pass has read every weight (measured) + "
+                 "the KV pool's peak (the sequences' caches: K/V and slot tables) + the work buffers (model "
+                 "activations, softmax weights, logits rows), from the deep runs.\n")
     full = [r for r in rows if r["label"] == "equal_full"]
     h2o = [r for r in rows if r["label"] == "equal_h2o"]
     if full and h2o:
