@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
+  libcpp-httplib-dev curl  # h2okv serve (cpp-httplib); its tests talk to it with curl too
   clang-format
   clang libclang-rt-14-dev libomp-dev  # scripts/fuzz.sh: clang, libFuzzer, clang's OpenMP
   python3 python3-numpy python3-matplotlib
