@@ -102,8 +102,11 @@ H2OKV_TILE_TARGET void direct_tile(const std::byte* const* rows, const float* x,
             }
         }
     }
+    float sums[RM];
+#pragma GCC unroll 4
+    for (int o = 0; o < RM; o += 16) V::hsum_many(acc + o, std::min(16, RM - o), sums + o);
 #pragma GCC unroll 16
-    for (int r = 0; r < RM; ++r) y[r * y_stride] = V::hsum(acc[r]);
+    for (int r = 0; r < RM; ++r) y[r * y_stride] = sums[r];
 }
 
 // Panel path: RM f32 rows x RN tokens, RM * RN accumulators; every step loads RN activation vectors and RM
