@@ -283,15 +283,6 @@ file::~file() {
     if (mapping_ != nullptr) ::munmap(mapping_, size_);
 }
 
-void file::release(const std::byte* p, size_t n) const {
-    if (mapping_ == nullptr || p < base_ || n > size_ || p - base_ > static_cast<std::ptrdiff_t>(size_ - n))
-        return;
-    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGE_SIZE));
-    const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-    const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
-    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
-
 status file::parse_all() {
     cursor c(base_, size_);
     H2OKV_RETURN_IF_ERROR(read_header(c, version_));

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
-#include <cstring>
 
 #include "h2okv/core/parallel.h"
 #include "kernels/blocks.h"
@@ -99,27 +98,6 @@ size_t row_size(tensor_type t, int64_t cols) noexcept {
         case tensor_type::q4_k: return blocks(detail::q4_k_elems, detail::q4_k_bytes);
         case tensor_type::q6_k: return blocks(detail::q6_k_elems, detail::q6_k_bytes);
         default: return 0;
-    }
-}
-
-size_t q8_0_f32_row_size(int64_t cols) noexcept {
-    return cols < 0 || cols % detail::q8_0_elems != 0 ? 0
-                                                      : static_cast<size_t>(cols / detail::q8_0_elems) * 36;
-}
-
-void repack_q8_0(const std::byte* src, int64_t rows, int64_t cols, size_t src_row_bytes,
-                 std::byte* dst) noexcept {
-    const int64_t blocks = cols / detail::q8_0_elems;
-    for (int64_t r = 0; r < rows; ++r) {
-        const std::byte* in = src + static_cast<size_t>(r) * src_row_bytes;
-        std::byte* out = dst + static_cast<size_t>(r) * q8_0_f32_row_size(cols);
-        for (int64_t b = 0; b < blocks; ++b, in += detail::q8_0_bytes, out += 36) {
-            uint16_t h;
-            std::memcpy(&h, in, 2);
-            const float d = detail::half_to_float(h);
-            std::memcpy(out, &d, 4);
-            std::memcpy(out + 4, in + 2, detail::q8_0_elems);
-        }
     }
 }
 

@@ -189,38 +189,6 @@ TEST(Matmul, TokenGroupingDoesNotChangeBits) {
     }
 }
 
-// Q8_0 repacked with f32 scales (what the model's products read) gives the bits of the GGUF layout in every
-// variant, the reference included, for one token (the register-decoding path) and many (the panels).
-TEST(Matmul, Q8_0WithF32ScalesGivesTheSameBits) {
-    int compared = 0;
-    uint32_t seed = 90;
-    for (int64_t cols : {32, 96, 576, 1024}) {
-        for (int64_t rows : {1, 5, 17, 33}) {
-            const encoded_matrix m = encode_matrix(tensor_type::q8_0, rows, cols, seed++, /*row_padding=*/6);
-            const size_t row_bytes = kernels::q8_0_f32_row_size(cols);
-            ASSERT_EQ(row_bytes, static_cast<size_t>(cols / 32 * 36));
-            std::vector<std::byte> packed(row_bytes * static_cast<size_t>(rows));
-            kernels::repack_q8_0(m.view().data, rows, cols, m.view().row_bytes, packed.data());
-            const matrix_view pv{tensor_type::q8_0, packed.data(), rows, cols, row_bytes, true};
-            std::vector<rows_fn> fns = {&ref::matmul_rows};
-            for (const variant& v : fast_variants()) fns.push_back(v.rows);
-            for (int n_tok : {1, 2, 3, 4, 7, 16, 29}) {
-                const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), seed++);
-                for (rows_fn fn : fns) {
-                    std::vector<float> want(static_cast<size_t>(n_tok * rows), -1.0f),
-                        got(want.size(), -2.0f);
-                    fn(m.view(), x.data(), n_tok, want.data(), 0, rows);
-                    fn(pv, x.data(), n_tok, got.data(), 0, rows);
-                    ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
-                        << "rows " << rows << " cols " << cols << " n_tok " << n_tok;
-                    ++compared;
-                }
-            }
-        }
-    }
-    EXPECT_GE(compared, 112);
-}
-
 TEST(Matmul, BitIdenticalAcrossThreadCounts) {
     const int saved_threads = omp_get_max_threads();
     for (tensor_type type : all_types) {

@@ -150,11 +150,6 @@ public:
     // SHA-256 of the whole file, lowercase hex (results files record the model hash).
     std::string sha256() const;
 
-    // Tells the OS that the whole pages within [p, p + n) of the mapping will not be read again soon: they
-    // leave the process's resident memory (a later read maps them back from the page cache). For a model
-    // that keeps a converted copy of a tensor. No effect on a file parsed from memory.
-    void release(const std::byte* p, size_t n) const;
-
 private:
     file() = default;
     status parse_all();

@@ -47,11 +47,6 @@ struct matrix_view {
     int64_t rows;
     int64_t cols;
     size_t row_bytes;
-    // Q8_0 only: the rows hold blocks of 36 bytes, d as f32 (the block's fp16 scale widened: the same value)
-    // then the 32 int8, as repack_q8_0 writes them. matmul broadcasts d instead of converting it per block
-    // and row (a third of a one-token product's vector instructions); the results are the same bits.
-    // dequantize_row reads only the GGUF layout.
-    bool f32_scales = false;
 };
 
 // True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
@@ -60,13 +55,6 @@ bool matmul_supports(gguf::tensor_type t) noexcept;
 // Bytes of one row of `cols` elements of type `t` (0 when `t` is unsupported or cols is not a whole number of
 // blocks).
 size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
-
-// Bytes of a Q8_0 row of `cols` elements (a multiple of 32) with f32 scales (36 per 32).
-size_t q8_0_f32_row_size(int64_t cols) noexcept;
-// Rewrites `rows` Q8_0 rows of `cols` elements (src_row_bytes apart) into the f32-scale layout of
-// matrix_view::f32_scales, rows q8_0_f32_row_size(cols) apart from dst.
-void repack_q8_0(const std::byte* src, int64_t rows, int64_t cols, size_t src_row_bytes,
-                 std::byte* dst) noexcept;
 
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
 // not alias x). Parallel over blocks of rows with OpenMP (serial when called inside a parallel region or for

@@ -155,22 +155,7 @@ void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int6
     }
     float buf[piece];
     double acc[16];  // per-token partial sums for a token group, so each row piece is converted once
-    const size_t piece_bytes = w.f32_scales ? q8_0_f32_row_size(piece) : row_size(w.type, piece);
-    // A piece of a row as f32: the GGUF layout through dequantize_row, Q8_0 with f32 scales here (the same
-    // values: d * q).
-    auto decode = [&w](const std::byte* src, int64_t n, float* dst) {
-        if (!w.f32_scales) {
-            dequantize_row(w.type, src, n, dst);
-            return;
-        }
-        for (int64_t b = 0; b < n / q8_0_elems; ++b) {
-            const std::byte* block = src + b * 36;
-            float d;
-            std::memcpy(&d, block, 4);
-            const auto* q = reinterpret_cast<const int8_t*>(block + 4);
-            for (int64_t i = 0; i < q8_0_elems; ++i) dst[b * q8_0_elems + i] = d * static_cast<float>(q[i]);
-        }
-    };
+    const size_t piece_bytes = row_size(w.type, piece);
     for (int64_t r = r0; r < r1; ++r) {
         const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
         for (int t0 = 0; t0 < n_tok; t0 += 16) {
@@ -178,7 +163,7 @@ void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int6
             std::fill(acc, acc + nt, 0.0);
             for (int64_t c = 0; c < w.cols; c += piece) {
                 const int64_t len = std::min(piece, w.cols - c);
-                decode(row + static_cast<size_t>(c / piece) * piece_bytes, len, buf);
+                dequantize_row(w.type, row + static_cast<size_t>(c / piece) * piece_bytes, len, buf);
                 for (int t = 0; t < nt; ++t) {
                     acc[t] += dot_f32(buf, x + static_cast<int64_t>(t0 + t) * w.cols + c, len);
                 }

@@ -217,23 +217,6 @@ struct q8_0_codec {
     }
 };
 
-// Q8_0 with f32 scales (matrix_view::f32_scales): d broadcast from the block, then as q8_0_codec.
-struct q8_0f_codec {
-    static constexpr int64_t step = 32;
-    static constexpr bool dense = false;
-    H2OKV_AVX2 static void decode(const std::byte* row, int64_t i, __m256* w) {
-        const std::byte* block = row + static_cast<size_t>(i / q8_0_block) * 36;
-        float d;
-        std::memcpy(&d, block, 4);
-        const __m256 dv = _mm256_set1_ps(d);
-        const auto* qs = reinterpret_cast<const int8_t*>(block + 4);
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) {
-            w[u] = _mm256_mul_ps(dv, i8_to_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * u))));
-        }
-    }
-};
-
 // A dense loader as a matmul-tile codec: 8 elements per decode, the row's last partial vector through
 // load_tail.
 template <typename L>
@@ -399,11 +382,7 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
         case tensor_type::bf16: matmul_tiled<v256, dense_codec<bf16_loader>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::q8_0:
             assert(w.cols % q8_0_block == 0);
-            if (w.f32_scales) {
-                matmul_tiled<v256, q8_0f_codec>(w, x, n_tok, y, r0, r1);
-            } else {
-                matmul_tiled<v256, q8_0_codec>(w, x, n_tok, y, r0, r1);
-            }
+            matmul_tiled<v256, q8_0_codec>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_0:
             assert(w.cols % detail::q4_0_elems == 0);

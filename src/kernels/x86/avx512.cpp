@@ -277,21 +277,6 @@ struct q8_0_codec {
     }
 };
 
-// Q8_0 with f32 scales (matrix_view::f32_scales): d broadcast from the block, then as q8_0_codec.
-struct q8_0f_codec {
-    static constexpr int64_t step = 32;
-    static constexpr bool dense = false;
-    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
-        const std::byte* block = row + static_cast<size_t>(i / detail::q8_0_elems) * 36;
-        float d;
-        std::memcpy(&d, block, 4);
-        const reg dv = _mm512_set1_ps(d);
-        const auto* qs = reinterpret_cast<const __m128i*>(block + 4);
-        w[0] = _mm512_mul_ps(dv, i8x16_to_ps(_mm_loadu_si128(qs)));
-        w[1] = _mm512_mul_ps(dv, i8x16_to_ps(_mm_loadu_si128(qs + 1)));
-    }
-};
-
 // Q4_0: d * (nibble - 8); elements 0..15 are the low nibbles, 16..31 the high ones.
 struct q4_0_codec {
     static constexpr int64_t step = 32;
@@ -360,11 +345,7 @@ H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, f
         case tensor_type::bf16: matmul_tiled<v512, bf16_codec>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::q8_0:
             assert(w.cols % detail::q8_0_elems == 0);
-            if (w.f32_scales) {
-                matmul_tiled<v512, q8_0f_codec>(w, x, n_tok, y, r0, r1);
-            } else {
-                matmul_tiled<v512, q8_0_codec>(w, x, n_tok, y, r0, r1);
-            }
+            matmul_tiled<v512, q8_0_codec>(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_0:
             assert(w.cols % detail::q4_0_elems == 0);

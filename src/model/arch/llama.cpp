@@ -50,14 +50,10 @@ private:
 
     result<const gguf::tensor_info*> tensor(const std::string& name, std::vector<int64_t> dims) const;
     result<kernels::matrix_view> matrix(const std::string& name, int64_t cols, int64_t rows);
-    // The view the products read: a Q8_0 matrix repacked with f32 scales (kernels::repack_q8_0) into memory
-    // the model owns, its mapped pages released; any other as it is.
-    result<kernels::matrix_view> for_products(const kernels::matrix_view& m);
     result<std::vector<float>> vector(const std::string& name, int64_t n) const;
     void resize_scratch(int n);
 
     kernels::matrix_view tok_embd_{}, output_{};
-    std::vector<std::unique_ptr<std::byte[]>> repacked_;
     std::vector<float> output_norm_;
     std::vector<layer> layers_;
     int64_t weight_bytes_ = 0;
@@ -91,25 +87,6 @@ result<kernels::matrix_view> llama_model::matrix(const std::string& name, int64_
     return kernels::matrix_view{t->type, t->data, rows, cols, static_cast<size_t>(t->n_bytes() / rows)};
 }
 
-result<kernels::matrix_view> llama_model::for_products(const kernels::matrix_view& m) {
-    if (m.type != gguf::tensor_type::q8_0) return m;
-    const size_t row_bytes = kernels::q8_0_f32_row_size(m.cols);
-    const size_t n = row_bytes * static_cast<size_t>(m.rows);
-    std::unique_ptr<std::byte[]> copy;
-    try {
-        copy.reset(new std::byte[n]);
-    } catch (const std::bad_alloc&) {
-        return out_of_memory("{}: cannot allocate {:.1f} MiB for a Q8_0 matrix with f32 scales",
-                             file().path(), static_cast<double>(n) / (1 << 20));
-    }
-    kernels::repack_q8_0(m.data, m.rows, m.cols, m.row_bytes, copy.get());
-    weight_bytes_ += static_cast<int64_t>(n) - static_cast<int64_t>(m.row_bytes) * m.rows;
-    file().release(m.data, m.row_bytes * static_cast<size_t>(m.rows));
-    kernels::matrix_view v{m.type, copy.get(), m.rows, m.cols, row_bytes, true};
-    repacked_.push_back(std::move(copy));
-    return v;
-}
-
 result<std::vector<float>> llama_model::vector(const std::string& name, int64_t n) const {
     H2OKV_ASSIGN_OR_RETURN(const gguf::tensor_info* t, tensor(name, {n}));
     if (t->type != gguf::tensor_type::f32 && t->type != gguf::tensor_type::f16 &&
@@ -135,8 +112,6 @@ status llama_model::load_weights() {
     } else {
         H2OKV_ASSIGN_OR_RETURN(output_, matrix("output.weight", hp.n_embd, hp.n_vocab));
     }
-    // A tied output matrix is repacked into its own copy; the embedding keeps reading the file's rows.
-    H2OKV_ASSIGN_OR_RETURN(output_, for_products(output_));
     layers_.resize(static_cast<size_t>(hp.n_layer));
     for (int l = 0; l < hp.n_layer; ++l) {
         layer& ly = layers_[static_cast<size_t>(l)];
@@ -150,9 +125,6 @@ status llama_model::load_weights() {
         H2OKV_ASSIGN_OR_RETURN(ly.w_gate, matrix(p + "ffn_gate.weight", hp.n_embd, hp.n_ff));
         H2OKV_ASSIGN_OR_RETURN(ly.w_up, matrix(p + "ffn_up.weight", hp.n_embd, hp.n_ff));
         H2OKV_ASSIGN_OR_RETURN(ly.w_down, matrix(p + "ffn_down.weight", hp.n_ff, hp.n_embd));
-        for (kernels::matrix_view* m : {&ly.wq, &ly.wk, &ly.wv, &ly.wo, &ly.w_gate, &ly.w_up, &ly.w_down}) {
-            H2OKV_ASSIGN_OR_RETURN(*m, for_products(*m));
-        }
     }
     return ok_status();
 }
