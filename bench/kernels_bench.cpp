@@ -104,13 +104,15 @@ void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa) {
 void matmul_args(benchmark::internal::Benchmark* b) {
     // 576x1536 / 1536x576: SmolLM-135M's FFN; 2048x2048: a 1B model's attention projection; 16384x2048:
     // larger than the L3 cache, so decode streams it from memory (compare with peak/read_bandwidth);
-    // 256x256: the bundled 5M model. n_tok 1 is decode, 64 and 512 prefill chunks.
+    // 256x256: the bundled 5M model. n_tok 1 is decode, 16 a decode step of 16 sequences, 64 and 512 prefill
+    // chunks.
     for (int threads : {1, 2}) {
         for (auto [rows, cols] : {std::pair{576, 1536}, std::pair{1536, 576}, std::pair{2048, 2048},
                                   std::pair{16384, 2048}, std::pair{256, 256}}) {
             b->Args({rows, cols, 1, threads});
         }
         b->Args({2048, 2048, 64, threads});
+        b->Args({1536, 576, 16, threads});
         b->Args({1536, 576, 512, threads});
         b->Args({576, 1536, 512, threads});
     }
