@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <netdb.h>
+#include <omp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -179,6 +180,7 @@ status server_params::validate() const {
         return invalid_argument("--read-timeout {} must be >= 1 second", read_timeout_seconds);
     if (max_body_bytes < 1024) return invalid_argument("--max-body {} must be >= 1024 bytes", max_body_bytes);
     if (http_threads < 0) return invalid_argument("--http-threads {} must be >= 0", http_threads);
+    if (threads < 0) return invalid_argument("--threads {} must be >= 0", threads);
     return defaults.session.validate();
 }
 
@@ -579,7 +581,8 @@ void server::impl::submit(const std::shared_ptr<request_state>& st,
         if (!delta.empty()) {
             std::lock_guard<std::mutex> lk(raw->m);
             raw->out += delta;
-            raw->cv.notify_all();
+            // Only a stream sends text as it comes; a whole response waits for end_request to wake it.
+            if (raw->api.stream) raw->cv.notify_one();
         }
         return !stop;
     };
@@ -682,6 +685,8 @@ void server::impl::publish() {
 }
 
 void server::impl::engine_loop() {
+    // The thread count is per thread in OpenMP: the passes run here, not where the flags were read.
+    if (params.threads > 0) omp_set_num_threads(params.threads);
     std::unordered_map<uint64_t, std::shared_ptr<request_state>> running;
     std::vector<std::shared_ptr<request_state>> batch;
     bool waiting_cancelled = false;

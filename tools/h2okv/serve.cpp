@@ -108,6 +108,7 @@ int run_serve(const serve_options& o) {
     if (!body.ok()) return fail(body.error().with_context("--max-body"));
     p.max_body_bytes = *body;
     p.http_threads = o.http_threads;
+    p.threads = o.model.threads;
     p.api_key = o.api_key;
     if (!(o.shutdown_grace >= 0))
         return fail(invalid_argument("--shutdown-grace {} must be >= 0", o.shutdown_grace));

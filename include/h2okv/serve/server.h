@@ -53,6 +53,7 @@ struct server_params {
     int read_timeout_seconds = 30;  // also the write timeout
     int64_t max_body_bytes = int64_t{4} << 20;
     int http_threads = 0;  // 0: parallel + max_queue + 8 (a waiting or streaming request holds one)
+    int threads = 0;       // OpenMP threads of the forward passes (0: OpenMP's default, every core)
     std::string api_key;   // non-empty: every endpoint but /health needs "Authorization: Bearer KEY"
     // One line per call (requests, start, shutdown); null: stderr, with a UTC timestamp.
     std::function<void(const std::string&)> log;
