@@ -325,6 +325,72 @@ def batched_section(name, rows, lines):
                  f"both keep every token. Medians of {r0['repeats']} runs, the engines taking turns.\n")
 
 
+SERVE_HEADING = "## Serving at equal KV memory"
+SERVE_INTRO = [
+    "`scripts/serve_bench.py` (docs/SERVER.md): every client sends one streaming completion at the same moment "
+    "(P random token ids, max_tokens G, ignore_eos, greedy) to `h2okv serve` with full caches, to `h2okv serve` "
+    "with H2O, and to llama-server, each given the KV memory of a few full contexts of P + G tokens: h2okv's pool "
+    "is that many full-cache footprints (K/V in f16 + slot tables), llama-server gets one slot per context "
+    "(`-np`, `-c`; K/V in f16). Throughput is completion tokens over the whole run; TTFT counts the wait for "
+    "admission; ITL is the gap between streamed chunks, over all requests; \"at once\" is the most requests "
+    "between their first and last token at one moment.",
+    "",
+]
+
+
+def serve_section(name, rows, lines):
+    """scripts/serve_bench.py: h2okv serve (full, H2O) and llama-server under the same clients and KV memory."""
+    r0 = rows[0]
+    lines.append(f"### {name}: {r0['clients']} clients, P = {r0['prompt_tokens']}, G = {r0['max_tokens']}, KV "
+                 f"memory of {r0['contexts']} full contexts ({r0['kv_memory'] / 2**20:.1f} MiB), {r0['model']}, "
+                 f"{r0['threads']} threads, {r0['cpu']}\n")
+    lines.append("| server | sequences at once | completion tokens/s | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) | "
+                 "failed |")
+    lines.append("|---|---|---|---|---|---|")
+    for r in rows:
+        lines.append(f"| {r['label']} | {r['concurrent']} | {r['tokens_per_second']:.1f} | {r['ttft_p50_ms']:.0f} / "
+                     f"{r['ttft_p99_ms']:.0f} | {r['itl_p50_ms']:.1f} / {r['itl_p99_ms']:.1f} | {r['failed']} |")
+    lines.append("")
+    for r in rows:
+        if r.get("end_errors"):
+            lines.append(f"{r['label']} ended {r['end_errors']} of its {r['requests']} streams with an error event "
+                         "after every token had arrived (llama-server's output parser refusing the random-weight "
+                         "model's text); those tokens are counted.\n")
+    by = {r["system"]: r for r in rows}
+    h2o, full, llama = by.get("h2o"), by.get("full"), by.get("llama-server")
+    if h2o and llama:
+        c = h2o["concurrent"] / max(llama["concurrent"], 1)
+        t = h2o["tokens_per_second"] / llama["tokens_per_second"]
+        met = lambda ok: "met" if ok else "**not met**"
+        lines.append(f"{h2o['label']} against llama-server ({llama.get('llama_server_flags', '')}, commit "
+                     f"{llama.get('llama_cpp_commit', 'unknown')}): {c:.1f}x the sequences at once (goal >= 4x: "
+                     f"{met(c >= 4)}), {t:.2f}x the throughput (goal >= 3x: {met(t >= 3)}), p99 inter-token latency "
+                     f"{h2o['itl_p99_ms']:.1f} ms against {llama['itl_p99_ms']:.1f} ms (goal no worse: "
+                     f"{met(h2o['itl_p99_ms'] <= llama['itl_p99_ms'])}).\n")
+    if h2o and full:
+        lines.append(f"Against h2okv's own full caches in the same memory: {h2o['concurrent'] / max(full['concurrent'], 1):.1f}x "
+                     f"the sequences at once and {h2o['tokens_per_second'] / full['tokens_per_second']:.2f}x the "
+                     f"throughput.\n")
+
+
+def replace_section(path, heading, body, before=None):
+    """Rewrites the section `heading` of a markdown file in place (up to the next `## ` heading), or inserts it
+    before the heading `before` (at the end when that is absent too)."""
+    doc = open(path, encoding="utf-8").read().rstrip("\n").split("\n")
+    section = [heading, ""] + body
+    if heading in doc:
+        i = doc.index(heading)
+        j = next((k for k in range(i + 1, len(doc)) if doc[k].startswith("## ")), len(doc))
+        doc[i:j] = section
+    elif before in doc:
+        i = doc.index(before)
+        doc[i:i] = section
+    else:
+        doc += [""] + section
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(doc).rstrip() + "\n")
+
+
 def trace_section(path, img_dir, lines):
     png = "kept_map_stories260K_h2o64.png"
     plot_kept_map(load(path), os.path.join(img_dir, png), 0,
@@ -385,6 +451,7 @@ def main():
                         "server), each with its own cache and policy; `scripts/run_throughput.sh` on synthetic "
                         "models (random weights, real shapes).", ""],
          lambda name, rows: throughput_section(name, rows, lines)),
+        ("serve", [SERVE_HEADING, ""] + SERVE_INTRO, lambda name, rows: serve_section(name, rows, lines)),
         ("llamacpp", ["## Side by side with llama.cpp", "",
                       "`scripts/llamacpp/compare.sh MODEL --bench --results results` with `LLAMA_CPP_DIR` pointing at a "
                       "llama.cpp build made outside this repository (see docs/PERFORMANCE.md); the same synthetic GGUF, "
