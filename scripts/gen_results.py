@@ -362,8 +362,8 @@ def serve_section(name, rows, lines):
         c = h2o["concurrent"] / max(llama["concurrent"], 1)
         t = h2o["tokens_per_second"] / llama["tokens_per_second"]
         met = lambda ok: "met" if ok else "**not met**"
-        lines.append(f"{h2o['label']} against llama-server ({llama.get('llama_server_flags', '')}, commit "
-                     f"{llama.get('llama_cpp_commit', 'unknown')}): {c:.1f}x the sequences at once (goal >= 4x: "
+        lines.append(f"{h2o['label']} against llama-server ({llama.get('llama_server_flags', '')}, version "
+                     f"{llama.get('llama_cpp_version', 'unknown')}): {c:.1f}x the sequences at once (goal >= 4x: "
                      f"{met(c >= 4)}), {t:.2f}x the throughput (goal >= 3x: {met(t >= 3)}), p99 inter-token latency "
                      f"{h2o['itl_p99_ms']:.1f} ms against {llama['itl_p99_ms']:.1f} ms (goal no worse: "
                      f"{met(h2o['itl_p99_ms'] <= llama['itl_p99_ms'])}).\n")

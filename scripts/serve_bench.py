@@ -6,6 +6,7 @@ Usage:
   LLAMA_CPP_DIR=/path/to/llama.cpp/build scripts/serve_bench.py --model /tmp/m/smollm-q8_0.gguf \\
       [--clients 32] [--prompt-tokens 128] [--max-tokens 896] [--contexts 4] [--threads N] \\
       [--h2okv build/release/tools/h2okv/h2okv] [--out results/serve_MODEL.jsonl] [--render docs/RESULTS.md]
+  scripts/serve_bench.py --from results/serve_MODEL.jsonl --render docs/RESULTS.md   (re-render only)
 
 Every client sends one streaming /v1/completions request at the same moment: a prompt of P random token ids
 (BOS first; a different prompt per client, the same prompts for every server), max_tokens G, ignore_eos, so
@@ -214,7 +215,8 @@ def llama_server_binary():
     return None, f"no llama-server under {d} (bin/ or build/bin/)"
 
 
-def llama_commit(binary):
+def llama_version(binary):
+    """LLAMA_CPP_COMMIT when set (as scripts/llamacpp/batched.sh reads it), else what --version says."""
     env = os.environ.get("LLAMA_CPP_COMMIT")
     if env:
         return env
@@ -242,7 +244,12 @@ def main():
     ap.add_argument("--systems", default="full,h2o,llama-server")
     ap.add_argument("--out", default=None, help="default: results/serve_<model file name>.jsonl")
     ap.add_argument("--render", default=None, help="RESULTS.md to rewrite the serving section of")
+    ap.add_argument("--from", dest="from_file", default=None,
+                    help="measure nothing: render --render from this JSONL of an earlier run")
     a = ap.parse_args()
+    if a.from_file:
+        render(pathlib.Path(a.from_file), [json.loads(l) for l in open(a.from_file)], a.render)
+        return 0
     systems = a.systems.split(",")
     P, G, N = a.prompt_tokens, a.max_tokens, a.clients
     cpu = cpu_model()
@@ -291,7 +298,7 @@ def main():
                             "--no-webui", "--cache-ram", "0"], r"listening on http://127\.0\.0\.1:(\d+)",
                            port=port)
             label = "llama-server"
-            extra = {"llama_cpp_commit": llama_commit(binary),
+            extra = {"llama_cpp_version": llama_version(binary),
                      "llama_server_flags": f"-np {a.contexts} -c {a.contexts * (P + G)}"}
         # A short warm-up request, then every client at once.
         native = system == "llama-server"
@@ -317,14 +324,19 @@ def main():
             f.write(json.dumps(row) + "\n")
     print(f"serve_bench: wrote {out}")
     if a.render:
-        import gen_results
-        lines = []
-        gen_results.serve_section(out.stem[len("serve_"):] if out.stem.startswith("serve_") else out.stem, rows,
-                                  lines)
-        gen_results.replace_section(a.render, gen_results.SERVE_HEADING, gen_results.SERVE_INTRO + lines,
-                                    before="## Side by side with llama.cpp")
-        print(f"serve_bench: rewrote the serving section of {a.render}")
+        render(out, rows, a.render)
     return 1 if any(r["failed"] for r in rows) else 0
+
+
+def render(path, rows, doc):
+    """The serving section of `doc`, rewritten in place with gen_results.py's renderer."""
+    import gen_results
+    lines = []
+    gen_results.serve_section(path.stem[len("serve_"):] if path.stem.startswith("serve_") else path.stem, rows,
+                              lines)
+    gen_results.replace_section(doc, gen_results.SERVE_HEADING, gen_results.SERVE_INTRO + lines,
+                                before="## Side by side with llama.cpp")
+    print(f"serve_bench: rewrote the serving section of {doc}")
 
 
 if __name__ == "__main__":

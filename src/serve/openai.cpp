@@ -129,6 +129,20 @@ opt_error unsupported(const json& obj, const char* key, const std::string& why) 
     return bad(key, fmt::format("{} {} is not supported: {}", key, shown(*v), why), "unsupported_parameter");
 }
 
+// A budget as JSON: a string reads as the CLI reads it; a number with a fraction part (JSON's floats, 0.2 or
+// 1.0) is a fraction of the run, an integer a token count.
+result<policy::budget_spec> budget_of(const json& b) {
+    if (b.is_string()) return policy::budget_spec::parse(b.get<std::string>());
+    if (b.is_number_integer() || b.is_number_unsigned()) return policy::budget_spec::parse(b.dump());
+    if (b.is_number_float()) {
+        const double f = b.get<double>();
+        if (f > 0.0 && f <= 1.0) return policy::budget_spec::of_length(f);
+        return invalid_argument("budget fraction {} must be in (0, 1] (a share of the run's length)",
+                                b.dump());
+    }
+    return invalid_argument("budget must be a token count like 256 or a fraction like 0.2, got {}", shown(b));
+}
+
 // kv_cache: the request's policy over the server's flags (see the header for the inheritance rule).
 opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     const json* kvp = field(body, "kv_cache");
@@ -164,22 +178,7 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
         }
     }
     if (const json* b = field(kv, "budget")) {
-        result<policy::budget_spec> spec = invalid_argument("");
-        if (b->is_string()) {
-            spec = policy::budget_spec::parse(b->get<std::string>());
-        } else if (b->is_number_integer() || b->is_number_unsigned()) {
-            spec = policy::budget_spec::parse(b->dump());
-        } else if (b->is_number_float()) {
-            const double f = b->get<double>();
-            spec =
-                f > 0.0 && f <= 1.0
-                    ? result<policy::budget_spec>(policy::budget_spec::of_length(f))
-                    : result<policy::budget_spec>(invalid_argument(
-                          "budget fraction {} must be in (0, 1] (a share of the run's length)", b->dump()));
-        } else {
-            spec = invalid_argument("budget must be a token count like 256 or a fraction like 0.2, got {}",
-                                    shown(*b));
-        }
+        auto spec = budget_of(*b);
         if (!spec.ok())
             return bad("kv_cache.budget", "kv_cache." + spec.error().message(), "invalid_kv_cache");
         p.budget = *spec;

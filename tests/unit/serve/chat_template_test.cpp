@@ -1,6 +1,6 @@
 // Chat templates: every family renders the conversation llama.cpp's template tests use to the exact string
-// that family's renderer (and so the model's own Jinja template, up to the differences llama.cpp documents)
-// produces; the families are recognised from real models' Jinja templates; names and errors.
+// llama.cpp's built-in renderer produces (and so the model's own Jinja template, up to the differences
+// llama.cpp documents); the families are recognised from models' Jinja templates; names and errors.
 #include "h2okv/serve/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +28,10 @@ struct rendering {
     std::string expected;
 };
 
-// The strings of llama.cpp's tests/test-chat-template.cpp for the same conversation (MIT).
+// The strings of llama.cpp's tests/test-chat-template.cpp for the same conversation (MIT), except for
+// llama2-sys, mistral-v7-tekken and zephyr, which those tests do not render: theirs follow llama.cpp's
+// renderer (llama2-sys-bos without the inner <s>, mistral-v7 without its spaces, phi3's tags with
+// <|endoftext|>).
 const std::vector<rendering> k_renderings = {
     {chat_template::chatml,
      "<|im_start|>system\nYou are a helpful "
