@@ -570,12 +570,13 @@ void server::impl::routes() {
 
 void server::impl::submit(const std::shared_ptr<request_state>& st,
                           std::unordered_map<uint64_t, std::shared_ptr<request_state>>& running) {
-    request_state* raw = st.get();  // `running` holds it for as long as the scheduler holds the request
     const tokenizer::tokenizer* t = &tok;
     engine::request r = st->api.engine;  // the response still needs the request's settings
     r.is_end = [t](int32_t id) { return t->is_eog(id); };
     // Runs inside step(): the token's text joins the request's, and a completed stop string stops it.
-    r.on_token = [raw, t](int32_t id) {
+    // The callback holds the state: it lives as long as the scheduler holds the sequence, whatever the
+    // engine thread has given up on.
+    r.on_token = [raw = st, t](int32_t id) {
         const bool stop = raw->text.push(t->piece(id));
         std::string delta = raw->text.take();
         if (!delta.empty()) {
@@ -586,7 +587,12 @@ void server::impl::submit(const std::shared_ptr<request_state>& st,
         }
         return !stop;
     };
-    auto id = sch->submit(std::move(r));
+    result<uint64_t> id = internal_error("not submitted");
+    try {
+        id = sch->submit(std::move(r));
+    } catch (const std::exception& e) {  // std::bad_alloc
+        id = out_of_memory("the request could not be queued: {}", e.what());
+    }
     if (!id.ok()) {
         const status& s = id.error();
         const bool memory = s.code() == status_code::out_of_memory;
@@ -742,10 +748,17 @@ void server::impl::engine_loop() {
             }
             continue;
         }
-        auto done = sch->step();
+        result<std::vector<engine::sequence_result>> done = internal_error("no step");
+        try {
+            done = sch->step();
+        } catch (const std::exception& e) {  // std::bad_alloc
+            done = out_of_memory("the step failed: {}", e.what());
+        }
         if (!done.ok()) {
+            // Everything in flight ends with the error; the scheduler drops the sequences at its next step.
             log("engine step failed: " + done.error().to_string());
             for (auto& [id, st] : running) {
+                sch->cancel(id);
                 st->result.reason = engine::finish_reason::error;
                 st->result.error = done.error();
                 finish(*st, st->result);
