@@ -10,7 +10,8 @@ leave mid-stream, requests that must be refused (400), all at once. It fails (ex
 - the resident set grows after warm-up: the largest RSS of the last quarter of the run may exceed the largest
   of the second quarter by at most 5 % + 8 MiB;
 - after the load the pool is not empty, or SIGTERM does not end the server with status 0.
-One line of JSON with the figures goes to stdout.
+One line of JSON with the figures goes to stdout. Under AddressSanitizer the RSS check does not apply (its
+quarantine keeps freed memory resident); LeakSanitizer's verdict is the exit status.
 """
 import argparse
 import http.client
