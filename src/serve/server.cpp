@@ -1,6 +1,5 @@
 #include "h2okv/serve/server.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fmt/format.h>
 #include <httplib.h>
@@ -150,7 +149,6 @@ struct request_state {
     std::atomic<bool> disconnected{false};
 
     // Engine thread only.
-    uint64_t engine_id = 0;
     text_stream text;
     bool cancel_sent = false;
     cancel_cause cause = cancel_cause::none;
@@ -160,7 +158,6 @@ struct request_state {
     std::condition_variable cv;
     std::string out;  // text the handler has not taken yet
     bool done = false;
-    int http_status = 200;
     std::optional<api_error> error;  // why it ended without a result to send
     engine::sequence_result result;
 };
@@ -246,7 +243,7 @@ struct server::impl {
     void submit(const std::shared_ptr<request_state>& st,
                 std::unordered_map<uint64_t, std::shared_ptr<request_state>>& running);
     void finish(request_state& st, engine::sequence_result r);
-    void end_request(request_state& st, int http_status, std::optional<api_error> error);
+    void end_request(request_state& st, std::optional<api_error> error);  // null: 200 with the result
     void publish();
     std::string metrics() const;
 };
@@ -600,13 +597,13 @@ void server::impl::submit(const std::shared_ptr<request_state>& st,
         e.message = s.message();
         e.param = "kv_cache";
         e.code = memory ? "kv_cache_too_large" : "invalid_kv_cache";
-        return end_request(*st, 400, e);
+        return end_request(*st, e);
     }
-    st->engine_id = *id;
     running.emplace(*id, st);
 }
 
-void server::impl::end_request(request_state& st, int http_status, std::optional<api_error> error) {
+void server::impl::end_request(request_state& st, std::optional<api_error> error) {
+    const int http_status = error ? error->http_status : 200;
     const std::string name = endpoint_name(st.api.kind);
     const engine::sequence_result& r = st.result;
     std::string line = fmt::format("request id={} endpoint={} status={} stream={}", st.number, name,
@@ -643,7 +640,6 @@ void server::impl::end_request(request_state& st, int http_status, std::optional
     {
         std::lock_guard<std::mutex> lk(st.m);
         st.out += st.text.finish();
-        st.http_status = http_status;
         st.error = std::move(error);
         st.done = true;
         st.cv.notify_all();
@@ -655,29 +651,26 @@ void server::impl::finish(request_state& st, engine::sequence_result r) {
     st.result = std::move(r);
     const engine::sequence_result& res = st.result;
     if (res.reason == engine::finish_reason::error) {
-        return end_request(st, 500, server_error("generation failed: " + res.error.message()));
+        return end_request(st, server_error("generation failed: " + res.error.message()));
     }
     if (res.reason == engine::finish_reason::cancelled) {
         if (st.cause == cancel_cause::none) st.cause = cancel_cause::shutdown;  // cancel_waiting()
         switch (st.cause) {
             case cancel_cause::deadline:
                 return end_request(
-                    st, 504,
-                    server_error(fmt::format("the request ran past its deadline of {} s (--timeout) "
-                                             "after {} tokens",
-                                             params.timeout_seconds, res.tokens.size()),
-                                 504, "timeout_error", "deadline_exceeded"));
+                    st, server_error(fmt::format("the request ran past its deadline of {} s (--timeout) "
+                                                 "after {} tokens",
+                                                 params.timeout_seconds, res.tokens.size()),
+                                     504, "timeout_error", "deadline_exceeded"));
             case cancel_cause::disconnect:
-                return end_request(st, k_status_client_closed,
-                                   server_error("the client disconnected", k_status_client_closed,
-                                                "invalid_request_error", "client_closed"));
+                return end_request(st, server_error("the client disconnected", k_status_client_closed,
+                                                    "invalid_request_error", "client_closed"));
             default:
                 return end_request(
-                    st, 503,
-                    server_error("the server is shutting down", 503, "server_error", "shutting_down"));
+                    st, server_error("the server is shutting down", 503, "server_error", "shutting_down"));
         }
     }
-    end_request(st, 200, std::nullopt);
+    end_request(st, std::nullopt);
 }
 
 void server::impl::publish() {
@@ -712,8 +705,7 @@ void server::impl::engine_loop() {
             if (drain) {
                 st->cause = cancel_cause::shutdown;
                 end_request(
-                    *st, 503,
-                    server_error("the server is shutting down", 503, "server_error", "shutting_down"));
+                    *st, server_error("the server is shutting down", 503, "server_error", "shutting_down"));
             } else {
                 submit(st, running);
             }
