@@ -454,7 +454,8 @@ class ChatTemplates(unittest.TestCase):
             self.assertEqual(j["error"]["code"], "chat_template_missing")
             self.assertIn("--chat-template NAME", j["error"]["message"])
         finally:
-            self.assertEqual(srv.stop(), 0)
+            self.assertEqual(srv.stop(signal.SIGINT), 0)
+        self.assertTrue(any("SIGINT" in l for l in srv.log))
 
 
 def raw_exchange(port, data, half_close=False, pause_after=None, timeout=TIMEOUT):
@@ -630,8 +631,8 @@ class Limits(unittest.TestCase):
             self.assertEqual(srv.stop(), 0)
 
     def test_sigterm_finishes_the_running_stream_and_exits_0(self):
-        srv = Server("--kv-memory", "16MiB", "--shutdown-grace", "120")
-        n = 3000
+        srv = Server("--kv-memory", "16MiB", "--shutdown-grace", "600")
+        n = 20000  # long enough to be running when the signal lands
         body = {"prompt": "Once upon a time", "max_tokens": n, "ignore_eos": True, "temperature": 0,
                 "stream": True, "kv_cache": {"policy": "window", "budget": 16}}
         expected = generate("Once upon a time", n, kv_flags(body["kv_cache"]), ["--ignore-eos"])
@@ -649,6 +650,7 @@ class Limits(unittest.TestCase):
         self.assertEqual(events[-2]["choices"][0]["finish_reason"], "length")
         self.assertEqual(srv.stop(), 0)
         self.assertTrue(any("SIGTERM" in l for l in srv.log))
+        self.assertTrue(any("shutting down: 1 requests in flight" in l for l in srv.log), srv.log[-5:])
         self.assertTrue(any(l.endswith("stopped") for l in srv.log))
 
 
