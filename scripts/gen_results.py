@@ -249,6 +249,11 @@ def llamacpp_section(name, rows, lines):
                      f"K cache {b0['llama_cpp_type_k']}) against `h2okv bench` (kernels {b0.get('h2okv_isa') or '?'}), "
                      f"medians of {b0.get('repeats', '?')} repeats, one of each engine in turn, pp and tg from an empty "
                      "cache.\n")
+        if r.get("cpu"):
+            pre, dec = r.get("llama_cpp_prefill_bench", ""), r.get("llama_cpp_decode_bench", "")
+            builds = (f" llama.cpp's prefill ran with `{pre}`, its decode with `{dec}`." if pre and dec and pre != dec
+                      else "")
+            lines.append(f"CPU: {r['cpu']}.{builds}\n")
         deep = [b for b in r["bench"] if "h2okv_evict_tps" in b]
         if deep:
             lines.append(f"`{deep[0]['test']}` decodes after that many cached tokens (compare.sh --depth): llama.cpp "

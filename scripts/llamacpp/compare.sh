@@ -13,6 +13,8 @@
 # default f16), --bench (also run llama-bench and h2okv bench: -p 512 -n 128, same threads, one repeat of each in turn), --repeats R (3),
 # --depth D (with --bench: also decode 64 tokens after D cached tokens, llama.cpp's full cache against h2okv's
 # full cache and h2okv's H2O cache at a 20 % budget; off by default, as filling the depth takes minutes),
+# --decode-bench PATH (with --bench: the llama-bench that runs the decode tests, tg and depth, e.g. a
+# GGML_NATIVE=ON build on a CPU whose AMX tiles trap on batches, while LLAMA_CPP_DIR's build runs pp),
 # --work DIR (where ids, .npy files and JSON go; default a new folder under ${TMPDIR:-/tmp}), --results DIR
 # (also write every figure as DIR/llamacpp_<model>.jsonl, which scripts/gen_results.py renders into
 # docs/RESULTS.md). Both engines use the same KV type.
@@ -28,7 +30,7 @@ die() {
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
-model="" threads=2 n_tokens=256 seed=1 kv_type=f16 bench=0 repeats=3 depth=0 work="" results=""
+model="" threads=2 n_tokens=256 seed=1 kv_type=f16 bench=0 repeats=3 depth=0 work="" results="" decode_bench=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --threads) threads="${2:?--threads needs a value}"; shift 2 ;;
@@ -39,6 +41,7 @@ while [[ $# -gt 0 ]]; do
         --depth) depth="${2:?--depth needs a value}"; shift 2 ;;
         --work) work="${2:?--work needs a value}"; shift 2 ;;
         --results) results="${2:?--results needs a value}"; shift 2 ;;
+        --decode-bench) decode_bench="${2:?--decode-bench needs a value}"; shift 2 ;;
         --bench) bench=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) die "unknown option '$1' (see --help)" ;;
@@ -117,23 +120,27 @@ if [[ "$bench" == 1 ]]; then
         [[ -x "$b" ]] && { llama_bench="$b"; break; }
     done
     [[ -n "$llama_bench" ]] || die "--bench: no llama-bench next to libllama or under LLAMA_CPP_DIR"
+    decode_bench="${decode_bench:-$llama_bench}"
+    [[ -x "$decode_bench" ]] || die "--decode-bench '$decode_bench' is not an executable"
     echo
     echo "== speed: -p 512 -n 128, $threads threads, $repeats repeats (interleaved) =="
+    echo "   prefill: $llama_bench; decode: $decode_bench" >&2
     # One repeat of each engine in turn, so both see the same machine load; the table takes the medians.
-    rm -f "$work"/llama_bench_*.json "$work/h2okv_pp.json" "$work/h2okv_tg.json"
+    rm -f "$work"/llama_bench_*.json "$work"/llama_decode_*.json "$work/h2okv_pp.json" "$work/h2okv_tg.json"
     for r in $(seq "$repeats"); do
-        "$llama_bench" -m "$model" -p 512 -n 128 -t "$threads" -r 1 -o json >"$work/llama_bench_$r.json"
+        "$llama_bench" -m "$model" -p 512 -n 0 -t "$threads" -r 1 -o json >"$work/llama_bench_$r.json"
+        "$decode_bench" -m "$model" -p 0 -n 128 -t "$threads" -r 1 -o json >"$work/llama_decode_$r.json"
         "$h2okv" bench -m "$model" -p 512 -n 0 -t "$threads" -r 1 --seed "$r" --kv-type "$kv_type" --json \
             >>"$work/h2okv_pp.json"
         "$h2okv" bench -m "$model" -p 0 -n 128 -t "$threads" -r 1 --seed "$r" --kv-type "$kv_type" --json \
             >>"$work/h2okv_tg.json"
     done
-    bench_files=("$work"/llama_bench_*.json)
+    bench_files=("$work"/llama_bench_*.json "$work"/llama_decode_*.json)
     if [[ "$depth" != 0 ]]; then
         echo "== speed at depth $depth: -n 64 after $depth cached tokens, $repeats repeats (interleaved) =="
         rm -f "$work"/llama_depth_*.json "$work/h2okv_depth_full.json" "$work/h2okv_depth_h2o.json"
         for r in $(seq "$repeats"); do
-            "$llama_bench" -m "$model" -d "$depth" -p 0 -n 64 -t "$threads" -r 1 -o json >"$work/llama_depth_$r.json"
+            "$decode_bench" -m "$model" -d "$depth" -p 0 -n 64 -t "$threads" -r 1 -o json >"$work/llama_depth_$r.json"
             "$h2okv" bench -m "$model" --depth "$depth" -p 0 -n 64 -t "$threads" -r 1 --seed "$r" \
                 --kv-type "$kv_type" --json >>"$work/h2okv_depth_full.json"
             # The settings of scripts/run_speed.sh's depth test: 64-token prefill chunks need 64 slots beyond
@@ -152,13 +159,16 @@ fi
 if [[ -n "$results" ]]; then
     mkdir -p "$results"
     out="$results/llamacpp_$(basename "$model" .gguf).jsonl"
-    "$python" - "$work" "$model" "$threads" "$kv_type" "$n_tokens" >"$out" <<'PY'
+    "$python" - "$work" "$model" "$threads" "$kv_type" "$n_tokens" "${llama_bench:-}" "${decode_bench:-}" \
+        "$("$h2okv" bench -m "$model" -p 1 -n 0 -r 1 --json 2>/dev/null | "$python" -c 'import json,sys; print(json.load(sys.stdin)["cpu"])' || echo unknown)" \
+        >"$out" <<'PY'
 import json, os, sys
-work, model, threads, kv_type, n_tokens = sys.argv[1:]
+work, model, threads, kv_type, n_tokens, prefill_bench, decode_bench, cpu = sys.argv[1:]
 def read(name):
     path = os.path.join(work, name)
     return json.load(open(path)) if os.path.exists(path) else None
 print(json.dumps({"model": model, "threads": int(threads), "kv_type": kv_type, "n_tokens": int(n_tokens),
+                  "cpu": cpu, "llama_cpp_prefill_bench": prefill_bench, "llama_cpp_decode_bench": decode_bench,
                   "logits": read("compare.json"), "floor": read("compare_floor.json"), "bench": read("bench.json")}))
 PY
     echo "compare.sh: wrote $out" >&2
