@@ -97,8 +97,9 @@ void batching_options::add_to(CLI::App& cmd) {
         ->capture_default_str();
     cmd.add_option(
            "--kv-memory", kv_memory,
-           "KV memory pool for all sequences (512MiB, 1.5GiB, bytes; 0: no limit): a sequence starts only "
-           "when its cache (K/V and slot tables) fits, and waits otherwise")
+           std::string("KV memory pool for all sequences (512MiB, 1.5GiB, bytes") +
+               (unlimited_memory ? "; 0: no limit" : "; must be bounded") +
+               "): a sequence starts only when its cache (K/V and slot tables) fits, and waits otherwise")
         ->capture_default_str();
     cmd.add_option("--step-tokens", step_tokens,
                    "Tokens per forward pass: every decoding sequence's next token, then prompt tokens")
@@ -111,6 +112,9 @@ result<engine::scheduler_params> batching_options::to_params() const {
     p.step_tokens = step_tokens;
     auto bytes = kv::parse_bytes(kv_memory);
     if (!bytes.ok()) return bytes.error().with_context("--kv-memory");
+    if (*bytes == 0 && !unlimited_memory) {
+        return invalid_argument("--kv-memory 0: this command needs a bounded KV memory pool (e.g. 1GiB)");
+    }
     p.kv_memory = *bytes;
     H2OKV_RETURN_IF_ERROR(p.validate());
     return p;

@@ -62,6 +62,7 @@ struct batching_options {
     int parallel = 8;
     std::string kv_memory = "0";
     int step_tokens = 512;
+    bool unlimited_memory = true;  // whether --kv-memory 0 (no limit) is allowed; set before add_to
 
     void add_to(CLI::App& cmd);
     result<engine::scheduler_params> to_params() const;  // validated

@@ -141,6 +141,7 @@ int run_serve(const serve_options& o) {
 void add_serve_command(CLI::App& app, int* exit_code) {
     auto o = std::make_shared<serve_options>();
     o->batching.kv_memory = "1GiB";
+    o->batching.unlimited_memory = false;
     CLI::App* cmd = app.add_subcommand(
         "serve",
         "OpenAI-compatible HTTP server (POST /v1/completions, /v1/chat/completions; GET /v1/models, /health, "
