@@ -362,7 +362,8 @@ class ServerFlags(unittest.TestCase):
         r = subprocess.run([H2OKV, "serve", "--port", "0", "--kv-memory", "0"], capture_output=True, text=True,
                            timeout=TIMEOUT)
         self.assertEqual(r.returncode, 1)
-        self.assertIn("--kv-memory 0 must be > 0", r.stderr)
+        self.assertIn("--kv-memory 0", r.stderr)
+        self.assertIn("bounded KV memory pool", r.stderr)
         r = subprocess.run([H2OKV, "serve", "--port", "0", "--chat-template", "alpaca"], capture_output=True,
                            text=True, timeout=TIMEOUT)
         self.assertEqual(r.returncode, 1)
