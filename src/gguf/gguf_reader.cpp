@@ -270,6 +270,16 @@ result<std::unique_ptr<file>> file::open(const std::string& path) {
     return f;
 }
 
+void file::release(const tensor_info& t) const noexcept {
+    if (mapping_ == nullptr || t.data == nullptr) return;
+    // The whole pages inside the tensor (a page it shares with a neighbour stays).
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = (reinterpret_cast<uintptr_t>(t.data) + page - 1) / page * page;
+    const auto end =
+        (reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(t.n_bytes())) / page * page;
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 result<std::unique_ptr<file>> file::parse(const std::byte* data, size_t size, std::string name) {
     std::unique_ptr<file> f(new file());
     f->path_ = std::move(name);

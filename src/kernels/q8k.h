@@ -54,6 +54,10 @@ using quantize_q8k_fn = void (*)(const float* x, int64_t cols, q8k_block* out);
 // allocated; the caller then uses matmul_kquant_unbuffered.
 const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quantize_q8k_fn quantize);
 
+// Block b of row r of a k-quant matrix in ggml's plain layout: in place for the plain rows, else unpacked
+// into buf (q4_k_bytes). For the reference paths.
+const std::byte* plain_block(const matrix_view& w, int64_t r, int64_t b, std::byte* buf);
+
 // Rows [r0, r1) of a Q4_K / Q6_K product quantising one block at a time on the stack: the same bits as the
 // buffered kernels, slowly, for when quantize_tokens cannot allocate.
 void matmul_kquant_unbuffered(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,

@@ -147,6 +147,11 @@ public:
     const std::vector<tensor_info>& tensors() const { return tensors_; }
     const tensor_info* find_tensor(std::string_view name) const;  // nullptr when absent
 
+    // Tells the system that the tensor's mapped pages will not be read again (a loader copied them), so they
+    // leave the process's resident memory; reading them later still works (they come back from the file).
+    // Nothing for a file parsed from memory.
+    void release(const tensor_info& t) const noexcept;
+
     // SHA-256 of the whole file, lowercase hex (results files record the model hash).
     std::string sha256() const;
 

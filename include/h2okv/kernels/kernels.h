@@ -21,6 +21,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "h2okv/gguf/gguf.h"
 
@@ -41,12 +43,44 @@ uint16_t fp32_to_bf16(float f) noexcept;
 // 210: 6-bit q in 128 + 64 bytes, int8 scales[16], fp16 d; value (d*sc)*(q-32) per 16 elements). The exact
 // bit layouts are in src/kernels/blocks.h; the reference dequantisers define the values. The view does not
 // own `data`.
+//
+// `layout` says whether the rows are as the file stores them or packed for the products by packed_weights
+// (then `data` is the packed bytes, `row_bytes` their share per row, and only matmul reads them).
+enum class weight_layout : uint8_t {
+    rows,      // rows contiguous, ggml's blocks
+    q4_k_x16,  // Q4_K, 16 rows interleaved with their scales unpacked (src/kernels/q4_k_x16.h)
+};
+
 struct matrix_view {
     gguf::tensor_type type;
     const std::byte* data;
     int64_t rows;
     int64_t cols;
     size_t row_bytes;
+    weight_layout layout = weight_layout::rows;
+};
+
+// Weight matrices repacked once, at load time, into the layout the products read fastest; the products give
+// the same bits as over the plain rows. Today: Q4_K matrices whose rows are a multiple of 16 (decode and
+// small batches then read one interleaved stream instead of unpacking every block's scales per row).
+// H2OKV_PACK_WEIGHTS=0 in the environment turns packing off (to compare).
+//
+//   kernels::packed_weights packed;
+//   matrix_view w = packed.pack(plain);   // plain itself when there is nothing to pack
+class packed_weights {
+public:
+    // A view for matmul: `w` itself when its type or shape has no packed layout or packing is off, otherwise
+    // a packed copy owned by this object (valid while it lives). `*packed` says which.
+    matrix_view pack(const matrix_view& w, bool* packed = nullptr);
+    // Bytes of the packed copies.
+    int64_t bytes() const noexcept { return bytes_; }
+
+private:
+    struct release {
+        void operator()(std::byte* p) const noexcept;
+    };
+    std::vector<std::unique_ptr<std::byte, release>> buffers_;
+    int64_t bytes_ = 0;
 };
 
 // True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).

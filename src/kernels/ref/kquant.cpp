@@ -6,6 +6,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/half.h"
+#include "kernels/q4_k_x16.h"
 #include "kernels/q8k.h"
 #include "kernels/scratch.h"
 
@@ -103,6 +104,14 @@ float dot_q6_k_q8k(const std::byte* row, const q8k_block* x, int64_t n_blocks, f
     return acc;
 }
 
+const std::byte* plain_block(const matrix_view& w, int64_t r, int64_t b, std::byte* buf) {
+    const size_t block_bytes = w.type == gguf::tensor_type::q4_k ? q4_k_bytes : q6_k_bytes;
+    if (w.layout == weight_layout::rows)
+        return w.data + static_cast<size_t>(r) * w.row_bytes + b * block_bytes;
+    unpack_q4_k_x16_block(w, r, b, buf);
+    return buf;
+}
+
 const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quantize_q8k_fn quantize) {
     const int64_t nb = cols / q8k_elems;
     q8k_block* buf = thread_scratch<q8k_block>(static_cast<size_t>(nb) * static_cast<size_t>(n_tok));
@@ -114,15 +123,14 @@ const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quanti
 void matmul_kquant_unbuffered(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                               int64_t r1) {
     const bool q4 = w.type == gguf::tensor_type::q4_k;
-    const size_t block_bytes = q4 ? q4_k_bytes : q6_k_bytes;
     for (int t = 0; t < n_tok; ++t) {
         for (int64_t r = r0; r < r1; ++r) {
-            const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
             float acc = 0.0f;
             for (int64_t b = 0; b < w.cols / q8k_elems; ++b) {
                 q8k_block xb;
                 quantize_q8k(x + t * w.cols + b * q8k_elems, q8k_elems, &xb);
-                const std::byte* block = row + static_cast<size_t>(b) * block_bytes;
+                std::byte buf[q4_k_bytes];
+                const std::byte* block = plain_block(w, r, b, buf);
                 acc = q4 ? dot_q4_k_q8k(block, &xb, 1, acc) : dot_q6_k_q8k(block, &xb, 1, acc);
             }
             y[static_cast<int64_t>(t) * w.rows + r] = acc;

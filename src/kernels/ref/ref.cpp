@@ -178,10 +178,14 @@ void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, f
                  int64_t r1) {
     const int64_t nb = w.cols / detail::q8k_elems;
     auto* dot = w.type == tensor_type::q4_k ? &detail::dot_q4_k_q8k : &detail::dot_q6_k_q8k;
+    std::byte buf[q4_k_bytes];
     for (int64_t r = r0; r < r1; ++r) {
-        const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
-        for (int t = 0; t < n_tok; ++t)
-            y[static_cast<int64_t>(t) * w.rows + r] = dot(row, xq + t * nb, nb, 0.0f);
+        for (int t = 0; t < n_tok; ++t) {
+            float acc = 0.0f;  // block by block, continuing acc: the sequence of one call over the row
+            for (int64_t b = 0; b < nb; ++b)
+                acc = dot(detail::plain_block(w, r, b, buf), xq + t * nb + b, 1, acc);
+            y[static_cast<int64_t>(t) * w.rows + r] = acc;
+        }
     }
 }
 

@@ -294,6 +294,20 @@ struct vi256 {
     H2OKV_AVX2 static freg fmul(freg a, freg b) { return _mm256_mul_ps(a, b); }
     H2OKV_AVX2 static freg ffma(freg a, freg b, freg c) { return _mm256_fmadd_ps(a, b, c); }
     H2OKV_AVX2 static void fstore(float* p, freg v) { _mm256_storeu_ps(p, v); }
+    // For q4_k_x16_tiles.h: 2 tokens (8 integer + 2 float accumulators of the 16 ymm registers).
+    static constexpr int x16_tokens = 2;
+    H2OKV_AVX2 static ireg ibcast_value(int32_t v) { return _mm256_set1_epi32(v); }
+    H2OKV_AVX2 static ireg iand(ireg a, ireg b) { return _mm256_and_si256(a, b); }
+    H2OKV_AVX2 static ireg isrl4(ireg a) { return _mm256_srli_epi16(a, 4); }
+    H2OKV_AVX2 static ireg u8_to_i32(const uint8_t* p) {
+        return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    }
+    H2OKV_AVX2 static ireg u8_to_i16(const uint8_t* p) {
+        return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    H2OKV_AVX2 static freg f16_load(const std::byte* p) {
+        return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
     static void direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
                             int64_t r0, int64_t r1) {
         avx2::kquant_direct_rows(w, xq, n_tok, y, r0, r1);

@@ -216,6 +216,21 @@ struct vi512 {
     H2OKV_AVX512_VNNI static freg fmul(freg a, freg b) { return _mm512_mul_ps(a, b); }
     H2OKV_AVX512_VNNI static freg ffma(freg a, freg b, freg c) { return _mm512_fmadd_ps(a, b, c); }
     H2OKV_AVX512_VNNI static void fstore(float* p, freg v) { _mm512_storeu_ps(p, v); }
+    // For q4_k_x16_tiles.h: 6 tokens (24 integer + 6 float accumulators, with the weights, of the 32 zmm
+    // registers).
+    static constexpr int x16_tokens = 6;
+    H2OKV_AVX512_VNNI static ireg ibcast_value(int32_t v) { return _mm512_set1_epi32(v); }
+    H2OKV_AVX512_VNNI static ireg iand(ireg a, ireg b) { return _mm512_and_si512(a, b); }
+    H2OKV_AVX512_VNNI static ireg isrl4(ireg a) { return _mm512_srli_epi16(a, 4); }
+    H2OKV_AVX512_VNNI static ireg u8_to_i32(const uint8_t* p) {
+        return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    }
+    H2OKV_AVX512_VNNI static ireg u8_to_i16(const uint8_t* p) {
+        return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
+    H2OKV_AVX512_VNNI static freg f16_load(const std::byte* p) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    }
     static void direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
                             int64_t r0, int64_t r1) {
         kquant_direct_rows(w, xq, n_tok, y, r0, r1);

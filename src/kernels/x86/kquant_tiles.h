@@ -11,7 +11,8 @@
 // ibcast(p) (the int32 at p in every lane), iadd, imul (low 32 bits), dot4(acc, u8 weights, s8
 // activations) (acc + the sum of each lane's four byte products), madd16(acc, a, b) (acc + each lane's
 // two int16 products), to_float, fload, fbcast, fmul, ffma(a, b, c) (a*b + c rounded once), fstore, and
-// direct_rows: the few-token kernel (avx2::kquant_direct_rows's contract).
+// direct_rows: the few-token kernel (avx2::kquant_direct_rows's contract); and the traits of
+// q4_k_x16_tiles.h (packed Q4_K, which takes every product of a packed matrix).
 #pragma once
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "kernels/q8k.h"
 #include "kernels/scratch.h"
 #include "kernels/x86/avx2.h"
+#include "kernels/x86/q4_k_x16_tiles.h"
 #include "kernels/x86/q6_k_avx2.h"
 
 #ifndef H2OKV_KQ_TARGET
@@ -216,6 +218,10 @@ H2OKV_KQ_TARGET void kq_tile_n(bool q4, int nt, const int32_t* panel, const deta
 template <typename V>
 H2OKV_KQ_TARGET void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
                                  int64_t r0, int64_t r1) {
+    if (w.layout == weight_layout::q4_k_x16) {
+        q4_k_x16_rows<V>(w, xq, n_tok, y, r0, r1);
+        return;
+    }
     constexpr int64_t L = V::lanes;
     const int64_t nb = w.cols / detail::q8k_elems;
     const int64_t full_end = r0 + (r1 - r0) / L * L;

@@ -49,10 +49,14 @@ private:
     };
 
     result<const gguf::tensor_info*> tensor(const std::string& name, std::vector<int64_t> dims) const;
-    result<kernels::matrix_view> matrix(const std::string& name, int64_t cols, int64_t rows);
+    // A weight matrix for the products, packed when the kernels have a faster layout for it (pack = false:
+    // the plain rows, for matrices read otherwise, as the embedding).
+    result<kernels::matrix_view> matrix(const std::string& name, int64_t cols, int64_t rows,
+                                        bool pack = true);
     result<std::vector<float>> vector(const std::string& name, int64_t n) const;
     void resize_scratch(int n);
 
+    kernels::packed_weights packed_;  // owns the packed matrices (declared before the views into it)
     kernels::matrix_view tok_embd_{}, output_{};
     std::vector<float> output_norm_;
     std::vector<layer> layers_;
@@ -81,10 +85,15 @@ result<const gguf::tensor_info*> llama_model::tensor(const std::string& name,
     return t;
 }
 
-result<kernels::matrix_view> llama_model::matrix(const std::string& name, int64_t cols, int64_t rows) {
+result<kernels::matrix_view> llama_model::matrix(const std::string& name, int64_t cols, int64_t rows,
+                                                 bool pack) {
     H2OKV_ASSIGN_OR_RETURN(const gguf::tensor_info* t, tensor(name, {cols, rows}));
-    weight_bytes_ += t->n_bytes();
-    return kernels::matrix_view{t->type, t->data, rows, cols, static_cast<size_t>(t->n_bytes() / rows)};
+    const kernels::matrix_view plain{t->type, t->data, rows, cols, static_cast<size_t>(t->n_bytes() / rows)};
+    bool packed = false;
+    const kernels::matrix_view w = pack ? packed_.pack(plain, &packed) : plain;
+    if (packed) file().release(*t);                             // the file's pages of it are not read again
+    weight_bytes_ += static_cast<int64_t>(w.row_bytes) * rows;  // what the products read
+    return w;
 }
 
 result<std::vector<float>> llama_model::vector(const std::string& name, int64_t n) const {
@@ -103,7 +112,7 @@ status llama_model::load_weights() {
     const hparams& hp = params();
     const int64_t q_dim = int64_t{hp.n_head} * hp.head_dim;
     const int64_t kv_dim = int64_t{hp.n_kv_head} * hp.head_dim;
-    H2OKV_ASSIGN_OR_RETURN(tok_embd_, matrix("token_embd.weight", hp.n_embd, hp.n_vocab));
+    H2OKV_ASSIGN_OR_RETURN(tok_embd_, matrix("token_embd.weight", hp.n_embd, hp.n_vocab, false));
     weight_bytes_ = 0;  // the embedding is read one row per token, not as a whole
     H2OKV_ASSIGN_OR_RETURN(output_norm_, vector("output_norm.weight", hp.n_embd));
     if (hp.tied_output) {
