@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <cmath>
+#include <vector>
 
 #include "h2okv/core/parallel.h"
 #include "kernels/blocks.h"
@@ -166,6 +168,17 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float 
 
 void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) noexcept {
     ref::rope_rotation(pos, rope_dim, freq_base, cos_sin);
+}
+
+rope_spec rope_spec::plain(int rope_dim, float freq_base, rope_pairing p) {
+    rope_spec s{rope_dim, p, std::vector<double>(static_cast<size_t>(rope_dim / 2)), 1.0};
+    for (int i = 0; i < rope_dim / 2; ++i)
+        s.inv_freq[static_cast<size_t>(i)] = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
+    return s;
+}
+
+void rope_rotation(const rope_spec& s, int64_t pos, float* cos_sin) noexcept {
+    ref::rope_rotation(s, pos, cos_sin);
 }
 
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,

@@ -147,6 +147,26 @@ TEST(Rope, RotationTableGivesRopeBitForBit) {
     }
 }
 
+// A spec's table: rope_spec::plain is the base's table bit for bit; any inverse frequencies and magnitude
+// give magnitude * cos / sin of pos * inv_freq[i].
+TEST(Rope, SpecTableIsItsFrequenciesAndMagnitude) {
+    const int rope_dim = 48;
+    for (int64_t pos : {int64_t{0}, int64_t{5}, int64_t{1} << 20}) {
+        std::vector<float> want(rope_dim), got(rope_dim);
+        rope_rotation(pos, rope_dim, 10000.0f, want.data());
+        rope_rotation(rope_spec::plain(rope_dim, 10000.0f, rope_pairing::neox), pos, got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "pos " << pos;
+        rope_spec s{rope_dim, rope_pairing::normal, std::vector<double>(rope_dim / 2), 1.25};
+        for (int i = 0; i < rope_dim / 2; ++i) s.inv_freq[static_cast<size_t>(i)] = 0.5 / (1 + i);
+        rope_rotation(s, pos, got.data());
+        for (int i = 0; i < rope_dim / 2; ++i) {
+            const long double theta = static_cast<long double>(pos) * (0.5L / (1 + i));
+            EXPECT_NEAR(got[static_cast<size_t>(2 * i)], 1.25L * std::cos(theta), 1e-6) << i;
+            EXPECT_NEAR(got[static_cast<size_t>(2 * i + 1)], 1.25L * std::sin(theta), 1e-6) << i;
+        }
+    }
+}
+
 // exp(x_i - m) / sum, exact in long double for the same float differences x_i - m the kernels form.
 std::vector<long double> softmax_exact(const std::vector<float>& x) {
     float m = x[0];

@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "h2okv/gguf/gguf.h"
 
@@ -96,6 +97,28 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float 
 void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) noexcept;
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
                 rope_pairing p) noexcept;
+
+// One layer's RoPE as data, computed once when a model loads (h2okv/model/rope.h builds it from the file's
+// base, rope_freqs factors and rope.scaling.* keys): pair i of the first rope_dim dims turns by
+// pos * inv_freq[i] radians, and the rotated dims are multiplied by `magnitude` (YaRN's attention factor,
+// 1 otherwise). Whoever applies RoPE (the forward pass, or a cache that re-rotates keys) hands the same spec
+// to rope_rotation and rope_apply.
+//
+//   rope_spec s = rope_spec::plain(128, 500000.0f, rope_pairing::normal);
+//   rope_rotation(s, pos, cs);   rope_apply(q, n_head, head_dim, s.rope_dim, cs, s.pairing);
+struct rope_spec {
+    int rope_dim = 0;
+    rope_pairing pairing = rope_pairing::normal;
+    std::vector<double> inv_freq;  // [rope_dim / 2] radians per position
+    double magnitude = 1.0;
+    // Unscaled RoPE: inv_freq[i] = freq_base^(-2i / rope_dim).
+    static rope_spec plain(int rope_dim, float freq_base, rope_pairing p);
+};
+
+// cos_sin[2i], cos_sin[2i + 1] = magnitude * cos(theta_i), magnitude * sin(theta_i), theta_i = pos *
+// inv_freq[i], in double (cos_sin: [rope_dim] floats). For rope_spec::plain the same bits as the
+// rope_rotation above.
+void rope_rotation(const rope_spec& s, int64_t pos, float* cos_sin) noexcept;
 
 // In-place softmax of x[0..n): exp(x - max) / sum; the sum is accumulated in double.
 void softmax(float* x, int n) noexcept;

@@ -23,6 +23,7 @@ void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float*
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base, rope_pairing p);
 void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin);
+void rope_rotation(const rope_spec& spec, int64_t pos, float* cos_sin);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p);
 void softmax(float* x, int n);
 void swiglu(const float* gate, const float* up, int n, float* out);
