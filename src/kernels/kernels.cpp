@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/core/parallel.h"
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
@@ -28,16 +29,21 @@ constexpr int64_t row_block = 16;
 // microseconds on a busy machine, cost more than the split saves.
 constexpr int64_t min_parallel_work = int64_t{1} << 18;
 
-const detail::kernel_table& best_table() {
+const detail::kernel_table& table_of(core::cpu_isa i) {
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx512()) return detail::avx512_table();
-    if (detail::cpu_has_avx2()) return detail::avx2_table();
+    if (i == core::cpu_isa::avx512) return detail::avx512_table();
+    if (i == core::cpu_isa::avx2) return detail::avx2_table();
 #endif
+    (void)i;
     return detail::reference_table();
 }
 
+const detail::kernel_table& best_table() {
+    return table_of(core::detected_isa());
+}
+
 std::atomic<const detail::kernel_table*>& active_table() {
-    static std::atomic<const detail::kernel_table*> table{&best_table()};
+    static std::atomic<const detail::kernel_table*> table{&table_of(core::selected_isa())};
     return table;
 }
 
@@ -228,14 +234,11 @@ isa active_isa() noexcept {
 }
 
 bool set_isa(isa i) noexcept {
-    const detail::kernel_table* t = nullptr;
-    if (i == isa::reference) t = &detail::reference_table();
-#ifdef H2OKV_KERNELS_X86
-    if (i == isa::avx2 && detail::cpu_has_avx2()) t = &detail::avx2_table();
-    if (i == isa::avx512 && detail::cpu_has_avx512()) t = &detail::avx512_table();
-#endif
-    if (t == nullptr) return false;
-    active_table().store(t, std::memory_order_release);
+    const core::cpu_isa c = i == isa::avx512 ? core::cpu_isa::avx512
+                            : i == isa::avx2 ? core::cpu_isa::avx2
+                                             : core::cpu_isa::scalar;
+    if (!core::cpu_supports(c)) return false;
+    active_table().store(&table_of(c), std::memory_order_release);
     return true;
 }
 

@@ -83,6 +83,20 @@ TEST_F(BenchCli, EverySmallShapeLoadsAndGenerates) {
     }
 }
 
+// H2OKV_ISA=scalar runs the reference kernels (bench reports them); a value the CPU cannot run, or a
+// misspelt one, stops the CLI with the value named.
+TEST_F(BenchCli, IsaFromTheEnvironment) {
+    const std::string model = synth("f32");
+    int rc = -1;
+    const std::string out = run_command(
+        "H2OKV_ISA=scalar " + kCli + " bench -m " + model + " -p 8 -n 2 -r 1 --json 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(nlohmann::json::parse(out).at("isa"), "reference") << out;
+    const std::string bad = run_command("H2OKV_ISA=avx9 " + kCli + " info -m " + model + " 2>&1", &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(bad.find("H2OKV_ISA is 'avx9', expected scalar, avx2 or avx512"), std::string::npos) << bad;
+}
+
 TEST_F(BenchCli, SynthIsDeterministicPerSeed) {
     const std::string a = synth("q4_k");
     const std::string b = (dir_ / "again.gguf").string();

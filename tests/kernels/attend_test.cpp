@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -40,7 +41,7 @@ struct variant {
 std::vector<variant> all_variants() {
     std::vector<variant> v = {{"reference", &ref::attend}, {"dispatched", &attend}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::attend});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::attend});
 #endif
     return v;
 }

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -39,8 +40,8 @@ struct variant {
 std::vector<variant> fast_variants() {
     std::vector<variant> v;
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows});
-    if (detail::cpu_has_avx512()) v.push_back({"avx512", &avx512::matmul_rows});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::matmul_rows});
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::matmul_rows});
 #endif
     return v;
 }
@@ -48,7 +49,7 @@ std::vector<variant> fast_variants() {
 std::vector<std::pair<const char*, quantize_fn>> quantizers() {
     std::vector<std::pair<const char*, quantize_fn>> q = {{"reference", &detail::quantize_q8k}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) q.push_back({"avx2", &avx2::quantize_q8k});
+    if (core::cpu_supports(core::cpu_isa::avx2)) q.push_back({"avx2", &avx2::quantize_q8k});
 #endif
     return q;
 }

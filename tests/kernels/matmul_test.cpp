@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -38,8 +39,8 @@ struct variant {
 std::vector<variant> fast_variants() {
     std::vector<variant> v;
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows, 8});
-    if (detail::cpu_has_avx512()) v.push_back({"avx512", &avx512::matmul_rows, 16});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::matmul_rows, 8});
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::matmul_rows, 16});
 #endif
     return v;
 }
@@ -257,7 +258,8 @@ TEST(Matmul, DispatchUsesTheSelectedVariant) {
 #ifdef H2OKV_KERNELS_X86
     const std::pair<isa, rows_fn> simd[] = {{isa::avx2, &avx2::matmul_rows},
                                             {isa::avx512, &avx512::matmul_rows}};
-    const bool supported[] = {detail::cpu_has_avx2(), detail::cpu_has_avx512()};
+    const bool supported[] = {core::cpu_supports(core::cpu_isa::avx2),
+                              core::cpu_supports(core::cpu_isa::avx512)};
     for (size_t i = 0; i < std::size(simd); ++i) {
         const auto [id, fn] = simd[i];
         SCOPED_TRACE(isa_name(id));
@@ -304,8 +306,8 @@ TEST(DequantizeRow, ExactForEveryTypeAndVariant) {
     std::vector<std::pair<const char*, deq_fn>> fns = {{"reference", &ref::dequantize_row},
                                                        {"dispatched", &dequantize_row}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
-    if (detail::cpu_has_avx512()) fns.push_back({"avx512", &avx512::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx2)) fns.push_back({"avx2", &avx2::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx512)) fns.push_back({"avx512", &avx512::dequantize_row});
 #endif
     for (tensor_type type : all_types) {
         for (int64_t cols : {1, 7, 8, 13, 32, 64, 100, 160, 256, 333, 768}) {

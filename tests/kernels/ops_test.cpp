@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -32,7 +33,7 @@ template <typename Fn>
 std::vector<std::pair<const char*, Fn>> variants(Fn reference, [[maybe_unused]] Fn simd) {
     std::vector<std::pair<const char*, Fn>> v{{"reference", reference}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.emplace_back("avx2", simd);
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.emplace_back("avx2", simd);
 #endif
     return v;
 }
@@ -201,7 +202,7 @@ constexpr double exp_rel_error = 3 * u;
 #ifdef H2OKV_KERNELS_X86
 
 TEST(VectorExp, RelativeErrorBelowBound) {
-    if (!detail::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+    if (!core::cpu_supports(core::cpu_isa::avx2)) GTEST_SKIP() << "CPU has no AVX2";
     std::vector<float> x;
     for (uint32_t bits = 0x80000000u;; bits += 4093) {  // every 4093rd float from -0 down to -87
         const float v = std::bit_cast<float>(bits);
@@ -233,7 +234,7 @@ TEST(VectorExp, RelativeErrorBelowBound) {
 }
 
 TEST(Softmax, Avx2MatchesReference) {
-    if (!detail::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+    if (!core::cpu_supports(core::cpu_isa::avx2)) GTEST_SKIP() << "CPU has no AVX2";
     for (int n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 100, 1000, 4096, 4099}) {
         for (float spread : {0.1f, 4.0f, 40.0f}) {
             const std::vector<float> x =

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -29,8 +30,8 @@ std::vector<std::pair<const char*, deq_fn>> dequantizers() {
     std::vector<std::pair<const char*, deq_fn>> fns = {{"reference", &ref::dequantize_row},
                                                        {"dispatched", &dequantize_row}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
-    if (detail::cpu_has_avx512()) fns.push_back({"avx512", &avx512::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx2)) fns.push_back({"avx2", &avx2::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx512)) fns.push_back({"avx512", &avx512::dequantize_row});
 #endif
     return fns;
 }

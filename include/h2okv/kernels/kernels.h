@@ -154,12 +154,13 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
             int n, float scale, float* out, float* weights, size_t weights_stride,
             double* score_row) noexcept;
 
-// The instruction sets kernels are compiled for. `best_isa()` is what the CPU supports, chosen at start-up
-// (avx512 over avx2 over reference); `set_isa` switches every dispatched kernel (for tests and benchmarks
-// comparing variants; a call already running finishes with the variant it started with) and returns false,
-// changing nothing, when the CPU (or the OS, for the AVX-512 register state) lacks the ISA or this build does
-// not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul and dequantize_row and shares the
-// avx2 softmax and attend.
+// The instruction sets kernels are compiled for. `best_isa()` is the best the CPU supports (avx512 over avx2
+// over reference); the kernels start with core::selected_isa() (h2okv/core/cpu_isa.h: the best, or the one
+// H2OKV_ISA names; its "scalar" is `reference` here); `set_isa` switches every dispatched kernel (for tests
+// and benchmarks comparing variants; a call already running finishes with the variant it started with) and
+// returns false, changing nothing, when the CPU (or the OS, for the AVX-512 register state) lacks the ISA or
+// this build does not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul and dequantize_row and
+// shares the avx2 softmax and attend.
 enum class isa { reference, avx2, avx512 };
 const char* isa_name(isa i) noexcept;  // "reference", "avx2", "avx512"
 isa best_isa() noexcept;

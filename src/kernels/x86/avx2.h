@@ -1,8 +1,9 @@
 // AVX2 + FMA + F16C variants of the dispatched kernels (same contracts as h2okv/kernels/kernels.h). Call them
-// only when detail::cpu_has_avx2() is true; kernels.cpp does the dispatch, tests call them directly to
-// compare with ref/.
+// only when core::cpu_supports(core::cpu_isa::avx2) is true; kernels.cpp does the dispatch, tests call them
+// directly to compare with ref/.
 //
-//   if (h2okv::kernels::detail::cpu_has_avx2()) h2okv::kernels::avx2::matmul_rows(w, x, n_tok, y, 0, w.rows);
+//   using namespace h2okv;
+//   if (core::cpu_supports(core::cpu_isa::avx2)) kernels::avx2::matmul_rows(w, x, n_tok, y, 0, w.rows);
 #pragma once
 
 #include <cstddef>

@@ -1,10 +1,10 @@
 // AVX-512 (F/BW/DQ/VL) + FMA + F16C variants of the dispatched kernels (same contracts as
-// h2okv/kernels/kernels.h). Call them only when detail::cpu_has_avx512() is true; kernels.cpp does the
-// dispatch, tests call them directly to compare with ref/. Softmax, attend, rmsnorm and swiglu have no
-// AVX-512 variant: the avx512 table uses the AVX2 ones.
+// h2okv/kernels/kernels.h). Call them only when core::cpu_supports(core::cpu_isa::avx512) is true;
+// kernels.cpp does the dispatch, tests call them directly to compare with ref/. Softmax, attend, rmsnorm and
+// swiglu have no AVX-512 variant: the avx512 table uses the AVX2 ones.
 //
-//   if (h2okv::kernels::detail::cpu_has_avx512()) h2okv::kernels::avx512::matmul_rows(w, x, n_tok, y, 0,
-//   w.rows);
+//   using namespace h2okv;
+//   if (core::cpu_supports(core::cpu_isa::avx512)) kernels::avx512::matmul_rows(w, x, n_tok, y, 0, w.rows);
 #pragma once
 
 #include <cstddef>
