@@ -23,7 +23,7 @@
 
 namespace {
 
-using h2okv::gguf::tensor_type;
+using h2okv::core::tensor_type;
 namespace k = h2okv::kernels;
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {

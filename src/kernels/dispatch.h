@@ -13,7 +13,7 @@ struct kernel_table {
     isa id;
     // Rows [r0, r1) of matmul (the caller splits rows across threads).
     void (*matmul_rows)(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
-    void (*dequantize_row)(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+    void (*dequantize_row)(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
     void (*softmax)(float* x, int n);
     void (*attend)(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                    const int32_t* slots, int n, float scale, float* out, float* weights,

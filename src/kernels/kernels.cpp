@@ -18,7 +18,7 @@
 namespace h2okv::kernels {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
 // Threads take contiguous runs of whole blocks of this many rows (the kernels' panel height), so each
 // thread streams its own part of the matrix once per token block. (Handing out small runs dynamically
@@ -91,22 +91,10 @@ bool matmul_supports(tensor_type t) noexcept {
 }
 
 size_t row_size(tensor_type t, int64_t cols) noexcept {
-    if (cols < 0) return 0;
+    if (cols < 0 || !matmul_supports(t)) return 0;
     const auto n = static_cast<size_t>(cols);
-    auto blocks = [n](int64_t elems, size_t bytes) {
-        const auto e = static_cast<size_t>(elems);
-        return n % e == 0 ? n / e * bytes : 0;
-    };
-    switch (t) {
-        case tensor_type::f32: return n * 4;
-        case tensor_type::f16:
-        case tensor_type::bf16: return n * 2;
-        case tensor_type::q8_0: return blocks(detail::q8_0_elems, detail::q8_0_bytes);
-        case tensor_type::q4_0: return blocks(detail::q4_0_elems, detail::q4_0_bytes);
-        case tensor_type::q4_k: return blocks(detail::q4_k_elems, detail::q4_k_bytes);
-        case tensor_type::q6_k: return blocks(detail::q6_k_elems, detail::q6_k_bytes);
-        default: return 0;
-    }
+    const auto elems = static_cast<size_t>(core::block_elements(t));
+    return n % elems == 0 ? n / elems * static_cast<size_t>(core::block_bytes(t)) : 0;
 }
 
 void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept {

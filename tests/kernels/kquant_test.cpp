@@ -23,8 +23,8 @@
 namespace h2okv::kernels {
 namespace {
 
+using core::tensor_type;
 using detail::q8k_block;
-using gguf::tensor_type;
 using test_support::encode_matrix;
 using test_support::encoded_matrix;
 using test_support::random_floats;
@@ -164,8 +164,7 @@ TEST(Q8K, ReferenceProductMatchesExactSumOverQuantisedActivations) {
                 const double bound = test_support::gamma_k(k) * 4.0 * static_cast<double>(abs_sum) +
                                      test_support::unit_roundoff * std::fabs(static_cast<double>(exact));
                 EXPECT_LE(std::fabs(y[r] - static_cast<double>(exact)), bound)
-                    << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " cols " << cols << " row "
-                    << r;
+                    << core::tensor_type_label(type) << " cols " << cols << " row " << r;
             }
         }
     }
@@ -189,8 +188,8 @@ TEST(Q8K, VariantsMatchReferenceBitForBit) {
                         std::vector<float> got(want.size(), -1.0f);
                         v.rows(m.view(), x.data(), n_tok, got.data(), 0, rows);
                         ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
-                            << v.name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type))
-                            << " rows " << rows << " cols " << cols << " n_tok " << n_tok;
+                            << v.name << " " << core::tensor_type_label(type) << " rows " << rows << " cols "
+                            << cols << " n_tok " << n_tok;
                         ++compared;
                     }
                 }

@@ -8,9 +8,9 @@
 // validated where data enters, e.g. by the model loader through `matmul_supports`) and only debug-assert.
 //
 //   using namespace h2okv::kernels;
-//   matrix_view w{gguf::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
+//   matrix_view w{core::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
 //   matmul(w, x, n_tok, y);                          // y: [n_tok][n_out]
-//   kv_rows k{gguf::tensor_type::f16, k_bytes, head_dim * 2}, v{gguf::tensor_type::f16, v_bytes, head_dim *
+//   kv_rows k{core::tensor_type::f16, k_bytes, head_dim * 2}, v{core::tensor_type::f16, v_bytes, head_dim *
 //   2}; attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
 //
 // Determinism: every output element is computed by one thread with one fixed sequence of operations that
@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "h2okv/gguf/gguf.h"
+#include "h2okv/core/tensor_type.h"
 
 namespace h2okv::kernels {
 
@@ -43,7 +43,7 @@ uint16_t fp32_to_bf16(float f) noexcept;
 // bit layouts are in src/kernels/blocks.h; the reference dequantisers define the values. The view does not
 // own `data`.
 struct matrix_view {
-    gguf::tensor_type type;
+    core::tensor_type type;
     const std::byte* data;
     int64_t rows;
     int64_t cols;
@@ -52,10 +52,10 @@ struct matrix_view {
 
 // True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 // Loaders check this and refuse other types with a status; the kernels themselves do not check.
-bool matmul_supports(gguf::tensor_type t) noexcept;
+bool matmul_supports(core::tensor_type t) noexcept;
 // Bytes of one row of `cols` elements of type `t` (0 when `t` is unsupported or cols is not a whole number of
 // blocks).
-size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
+size_t row_size(core::tensor_type t, int64_t cols) noexcept;
 
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
 // not alias x). Parallel over blocks of rows with OpenMP (serial when called inside a parallel region or for
@@ -74,7 +74,7 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
 
 // Converts `n` elements of a row of type `t` to f32 (n a whole number of blocks for quantised types). src:
 // the row's bytes.
-void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
+void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; x, w, out: [n]; out may alias x. The sum of squares is
 // accumulated in double.
@@ -130,14 +130,14 @@ void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 // data + s * row_bytes. Types: f32, f16 (IEEE binary16) or q8_0 (ggml's blocks of 32, so head_dim must be a
 // multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
 struct kv_rows {
-    gguf::tensor_type type;
+    core::tensor_type type;
     const std::byte* data;
     size_t row_bytes;
 };
 
 // True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 for
 // multiples of 32.
-bool attend_supports(gguf::tensor_type t, int head_dim) noexcept;
+bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
 // one type); K and V are read once for all the heads.
@@ -184,6 +184,6 @@ namespace h2okv::kernels {
 //     up; q in [-31, 31]; |error| <= (d*sc_j)/2.
 // These are simpler than ggml's searched scales (somewhat larger error, same format); llama.cpp reads the
 // results like its own.
-bool quantize_row(gguf::tensor_type t, const float* src, int64_t n, std::byte* dst);
+bool quantize_row(core::tensor_type t, const float* src, int64_t n, std::byte* dst);
 
 }  // namespace h2okv::kernels

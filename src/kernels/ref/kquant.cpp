@@ -113,7 +113,7 @@ const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quanti
 
 void matmul_kquant_unbuffered(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                               int64_t r1) {
-    const bool q4 = w.type == gguf::tensor_type::q4_k;
+    const bool q4 = w.type == core::tensor_type::q4_k;
     const size_t block_bytes = q4 ? q4_k_bytes : q6_k_bytes;
     for (int t = 0; t < n_tok; ++t) {
         for (int64_t r = r0; r < r1; ++r) {

@@ -13,7 +13,7 @@
 namespace h2okv::kernels::ref {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
 using detail::q4_0_bytes;
 using detail::q4_0_elems;

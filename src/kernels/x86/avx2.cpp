@@ -26,10 +26,10 @@
 namespace h2okv::kernels::avx2 {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
-constexpr int64_t q8_0_block = 32;
-constexpr size_t q8_0_block_bytes = 34;
+constexpr int64_t q8_0_block = detail::q8_0_elems;
+constexpr size_t q8_0_block_bytes = detail::q8_0_bytes;
 
 H2OKV_AVX2 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -15,7 +15,7 @@
 namespace h2okv::kernels::avx2 {
 
 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
-void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
 // out[i] = exp(x[i]) for x[i] <= 0 with the 8-lane polynomial exp that softmax and attend use (exposed so
 // tests can bound its error directly); arguments below -87 give 0.
 void exp_nonpositive(const float* x, int n, float* out);

@@ -36,7 +36,7 @@
 namespace h2okv::kernels::avx512 {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
 struct v512 {
     using reg = __m512;

@@ -16,7 +16,7 @@
 namespace h2okv::kernels::avx512 {
 
 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
-void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
 // kernel_table::kquant_rows: with AVX512-VNNI 16-row panels and a 512-bit Q4_K decode kernel, else AVX2's.
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
