@@ -18,11 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 
 namespace {
 
-using h2okv::gguf::tensor_type;
+using h2okv::core::tensor_type;
 namespace k = h2okv::kernels;
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -221,8 +222,8 @@ void peak_read_bandwidth(benchmark::State& state) {
     const int threads = static_cast<int>(state.range(0));
     const size_t n = size_t{512} << 20 >> 3;
     std::vector<uint64_t> buf(n, 1);
-    const bool wide = __builtin_cpu_supports("avx512f");
-    const bool avx2 = __builtin_cpu_supports("avx2");
+    const bool wide = h2okv::core::cpu_supports(h2okv::core::cpu_isa::avx512);
+    const bool avx2 = h2okv::core::cpu_supports(h2okv::core::cpu_isa::avx2);
     for (auto _ : state) {
         uint64_t total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)

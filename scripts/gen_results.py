@@ -262,6 +262,29 @@ def llamacpp_section(name, rows, lines):
                          "over the full cache a llama.cpp user runs.\n")
 
 
+ARCH_INTRO = [
+    "## Architectures against llama.cpp", "",
+    "`scripts/llamacpp/arch_compare.sh` (LLAMA_CPP_DIR pointing at a llama.cpp build made outside this repository): "
+    "per architecture and RoPE variant a small synthetic GGUF (`h2okv gguf synth --shape <name>`, random weights), "
+    "logits of both engines over the same 256 random token ids with f16 KV, next to llama.cpp against itself with "
+    "flash attention off (its own noise floor). KL in nats, mean over positions, KL(P_llama.cpp ‖ P_other). With "
+    "Q8_0 weights llama.cpp also rounds the activations of every product to 8 bits and h2okv does not, which "
+    "dominates both columns there.", "",
+    "| shape | architecture | weights | h2okv max \\|Δ logit\\| | h2okv mean KL | floor max \\|Δ logit\\| | "
+    "floor mean KL | h2okv KL / floor KL |",
+    "|---|---|---|---|---|---|---|---|",
+]
+
+
+def arch_section(name, rows, lines):
+    """One synthetic shape compared with llama.cpp by scripts/llamacpp/arch_compare.sh: a table row per type."""
+    for r in rows:
+        lg, fl = r["logits"], r["floor"]
+        ratio = lg["kl_mean"] / fl["kl_mean"] if fl["kl_mean"] > 0 else float("inf")
+        lines.append(f"| {r['shape']} | {r['arch']} | {r['type']} | {lg['max_abs_diff']:.3g} | {lg['kl_mean']:.3g} | "
+                     f"{fl['max_abs_diff']:.3g} | {fl['kl_mean']:.3g} | {ratio:.3g} |")
+
+
 def throughput_section(name, rows, lines):
     """scripts/run_throughput.sh: sequences at once (depth 0 and deep), then equal KV memory, full vs h2o."""
     r0 = rows[0]
@@ -465,6 +488,7 @@ def main():
                       "those files are in results/.", ""],
          lambda name, rows: llamacpp_section(name, rows, lines)),
         ("batched", [], lambda name, rows: batched_section(name, rows, lines)),
+        ("arch", ARCH_INTRO, lambda name, rows: arch_section(name, rows, lines)),
     ]
     for prefix, intro, render in sections:
         paths = sorted(glob.glob(os.path.join(res, f"{prefix}_*.jsonl")))
@@ -472,6 +496,8 @@ def main():
             lines += intro
         for path in paths:
             render(os.path.basename(path)[len(prefix) + 1:-len(".jsonl")], load(path))
+        if paths and lines[-1] != "":  # a section of table rows only (arch) ends its table here
+            lines.append("")
     traces = sorted(glob.glob(os.path.join(res, "*.trace.jsonl")))
     if traces:
         trace_section(traces[0], img_dir, lines)

@@ -10,29 +10,6 @@
 namespace h2okv::gguf {
 namespace {
 
-struct type_traits {
-    tensor_type type;
-    const char* name;
-    int64_t block_elements;
-    int64_t block_bytes;
-};
-
-// Q4_0: f16 scale + 32 4-bit values; Q8_0: f16 scale + 32 int8; Q4_K: 2 f16 + 12 bytes of 6-bit scales + 128
-// bytes of nibbles per 256; Q6_K: 128 low nibbles + 64 high bit pairs + 16 int8 scales + f16 per 256.
-constexpr type_traits k_types[] = {
-    {tensor_type::f32, "F32", 1, 4},       {tensor_type::f16, "F16", 1, 2},
-    {tensor_type::bf16, "BF16", 1, 2},     {tensor_type::q4_0, "Q4_0", 32, 18},
-    {tensor_type::q8_0, "Q8_0", 32, 34},   {tensor_type::q4_k, "Q4_K", 256, 144},
-    {tensor_type::q6_k, "Q6_K", 256, 210},
-};
-
-const type_traits* traits_of(uint32_t t) {
-    for (const auto& traits : k_types) {
-        if (static_cast<uint32_t>(traits.type) == t) return &traits;
-    }
-    return nullptr;
-}
-
 bool is_integer_type(value_type t) {
     switch (t) {
         case value_type::u8:
@@ -70,7 +47,7 @@ const char* value_type_name(value_type t) {
 }
 
 std::string tensor_type_name(uint32_t t) {
-    if (const auto* traits = traits_of(t)) return traits->name;
+    if (const auto* traits = core::find_tensor_type(t)) return traits->name;
     return fmt::format("type {}", t);
 }
 
@@ -79,17 +56,7 @@ std::string tensor_type_name(tensor_type t) {
 }
 
 bool is_known_tensor_type(uint32_t t) {
-    return traits_of(t) != nullptr;
-}
-
-int64_t block_elements(tensor_type t) {
-    const auto* traits = traits_of(static_cast<uint32_t>(t));
-    return traits ? traits->block_elements : 0;
-}
-
-int64_t block_bytes(tensor_type t) {
-    const auto* traits = traits_of(static_cast<uint32_t>(t));
-    return traits ? traits->block_bytes : 0;
+    return core::find_tensor_type(t) != nullptr;
 }
 
 value value::make_uint(value_type t, uint64_t v) {
@@ -183,7 +150,7 @@ const char* ggml_type_name(uint32_t t) {
 
 std::string supported_tensor_types() {
     std::string out;
-    for (const auto& traits : k_types) {
+    for (const auto& traits : core::k_tensor_types) {
         if (!out.empty()) out += ", ";
         out += traits.name;
     }

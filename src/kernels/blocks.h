@@ -21,18 +21,21 @@
 #include <cstdint>
 #include <cstring>
 
+#include "h2okv/core/tensor_type.h"
+
 namespace h2okv::kernels::detail {
 
-inline constexpr int64_t q8_0_elems = 32;
-inline constexpr size_t q8_0_bytes = 34;
-inline constexpr int64_t q4_0_elems = 32;
-inline constexpr size_t q4_0_bytes = 18;
-inline constexpr int64_t q4_k_elems = 256;
-inline constexpr size_t q4_k_bytes = 144;
+// The sizes from the one table (h2okv/core/tensor_type.h); the offsets below are this header's layouts.
+inline constexpr int64_t q8_0_elems = core::block_elements(core::tensor_type::q8_0);
+inline constexpr auto q8_0_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q8_0));
+inline constexpr int64_t q4_0_elems = core::block_elements(core::tensor_type::q4_0);
+inline constexpr auto q4_0_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q4_0));
+inline constexpr int64_t q4_k_elems = core::block_elements(core::tensor_type::q4_k);
+inline constexpr auto q4_k_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q4_k));
 inline constexpr size_t q4_k_scales_offset = 4;  // after d and dmin
 inline constexpr size_t q4_k_qs_offset = 16;
-inline constexpr int64_t q6_k_elems = 256;
-inline constexpr size_t q6_k_bytes = 210;
+inline constexpr int64_t q6_k_elems = core::block_elements(core::tensor_type::q6_k);
+inline constexpr auto q6_k_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q6_k));
 inline constexpr size_t q6_k_qh_offset = 128;
 inline constexpr size_t q6_k_scales_offset = 192;
 inline constexpr size_t q6_k_d_offset = 208;

@@ -1,5 +1,5 @@
-// The run-time dispatch table: one entry per kernel that has SIMD variants. kernels.cpp selects the table of
-// the best ISA the CPU supports; each ISA folder provides its table.
+// The run-time dispatch table: one entry per kernel that has SIMD variants. kernels.cpp starts with the table
+// of core::selected_isa(); each ISA folder provides its table.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ struct kernel_table {
     isa id;
     // Rows [r0, r1) of matmul (the caller splits rows across threads).
     void (*matmul_rows)(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
-    void (*dequantize_row)(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+    void (*dequantize_row)(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
     void (*softmax)(float* x, int n);
     void (*attend)(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                    const int32_t* slots, int n, float scale, float* out, float* weights,
@@ -32,12 +32,9 @@ const kernel_table& reference_table();
 // H2OKV_KERNELS_NO_SIMD builds the reference kernels only (what non-x86 targets get), to test that path.
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(H2OKV_KERNELS_NO_SIMD)
 #define H2OKV_KERNELS_X86 1
+// Used only where core::cpu_supports(core::cpu_isa::avx2 / avx512) (h2okv/core/cpu_isa.h).
 const kernel_table& avx2_table();
-bool cpu_has_avx2();  // AVX2 + FMA + F16C, everything the avx2 table uses
 const kernel_table& avx512_table();
-// AVX-512 F/BW/DQ/VL + AVX2 + FMA + F16C, with the OS saving the zmm state (XCR0): everything the avx512
-// table uses.
-bool cpu_has_avx512();
 #endif
 
 }  // namespace h2okv::kernels::detail

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <cmath>
+#include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/core/parallel.h"
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
@@ -15,7 +18,7 @@
 namespace h2okv::kernels {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
 // Threads take contiguous runs of whole blocks of this many rows (the kernels' panel height), so each
 // thread streams its own part of the matrix once per token block. (Handing out small runs dynamically
@@ -26,16 +29,21 @@ constexpr int64_t row_block = 16;
 // microseconds on a busy machine, cost more than the split saves.
 constexpr int64_t min_parallel_work = int64_t{1} << 18;
 
-const detail::kernel_table& best_table() {
+const detail::kernel_table& table_of(core::cpu_isa i) {
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx512()) return detail::avx512_table();
-    if (detail::cpu_has_avx2()) return detail::avx2_table();
+    if (i == core::cpu_isa::avx512) return detail::avx512_table();
+    if (i == core::cpu_isa::avx2) return detail::avx2_table();
 #endif
+    (void)i;
     return detail::reference_table();
 }
 
+const detail::kernel_table& best_table() {
+    return table_of(core::detected_isa());
+}
+
 std::atomic<const detail::kernel_table*>& active_table() {
-    static std::atomic<const detail::kernel_table*> table{&best_table()};
+    static std::atomic<const detail::kernel_table*> table{&table_of(core::selected_isa())};
     return table;
 }
 
@@ -83,22 +91,10 @@ bool matmul_supports(tensor_type t) noexcept {
 }
 
 size_t row_size(tensor_type t, int64_t cols) noexcept {
-    if (cols < 0) return 0;
+    if (cols < 0 || !matmul_supports(t)) return 0;
     const auto n = static_cast<size_t>(cols);
-    auto blocks = [n](int64_t elems, size_t bytes) {
-        const auto e = static_cast<size_t>(elems);
-        return n % e == 0 ? n / e * bytes : 0;
-    };
-    switch (t) {
-        case tensor_type::f32: return n * 4;
-        case tensor_type::f16:
-        case tensor_type::bf16: return n * 2;
-        case tensor_type::q8_0: return blocks(detail::q8_0_elems, detail::q8_0_bytes);
-        case tensor_type::q4_0: return blocks(detail::q4_0_elems, detail::q4_0_bytes);
-        case tensor_type::q4_k: return blocks(detail::q4_k_elems, detail::q4_k_bytes);
-        case tensor_type::q6_k: return blocks(detail::q6_k_elems, detail::q6_k_bytes);
-        default: return 0;
-    }
+    const auto elems = static_cast<size_t>(core::block_elements(t));
+    return n % elems == 0 ? n / elems * static_cast<size_t>(core::block_bytes(t)) : 0;
 }
 
 void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept {
@@ -168,6 +164,17 @@ void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) n
     ref::rope_rotation(pos, rope_dim, freq_base, cos_sin);
 }
 
+rope_spec rope_spec::plain(int rope_dim, float freq_base, rope_pairing p) {
+    rope_spec s{rope_dim, p, std::vector<double>(static_cast<size_t>(rope_dim / 2)), 1.0};
+    for (int i = 0; i < rope_dim / 2; ++i)
+        s.inv_freq[static_cast<size_t>(i)] = std::pow(static_cast<double>(freq_base), -2.0 * i / rope_dim);
+    return s;
+}
+
+void rope_rotation(const rope_spec& s, int64_t pos, float* cos_sin) noexcept {
+    ref::rope_rotation(s, pos, cos_sin);
+}
+
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
                 rope_pairing p) noexcept {
     ref::rope_apply(x, n_heads, head_dim, rope_dim, cos_sin, p);
@@ -215,14 +222,11 @@ isa active_isa() noexcept {
 }
 
 bool set_isa(isa i) noexcept {
-    const detail::kernel_table* t = nullptr;
-    if (i == isa::reference) t = &detail::reference_table();
-#ifdef H2OKV_KERNELS_X86
-    if (i == isa::avx2 && detail::cpu_has_avx2()) t = &detail::avx2_table();
-    if (i == isa::avx512 && detail::cpu_has_avx512()) t = &detail::avx512_table();
-#endif
-    if (t == nullptr) return false;
-    active_table().store(t, std::memory_order_release);
+    const core::cpu_isa c = i == isa::avx512 ? core::cpu_isa::avx512
+                            : i == isa::avx2 ? core::cpu_isa::avx2
+                                             : core::cpu_isa::scalar;
+    if (!core::cpu_supports(c)) return false;
+    active_table().store(&table_of(c), std::memory_order_release);
     return true;
 }
 

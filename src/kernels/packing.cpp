@@ -84,7 +84,7 @@ void packed_weights::release::operator()(std::byte* p) const noexcept {
 
 matrix_view packed_weights::pack(const matrix_view& w, bool* packed) {
     if (packed != nullptr) *packed = false;
-    if (!packing_enabled() || w.layout != weight_layout::rows || w.type != gguf::tensor_type::q4_k ||
+    if (!packing_enabled() || w.layout != weight_layout::rows || w.type != core::tensor_type::q4_k ||
         !detail::q4_k_x16_fits(w.rows, w.cols))
         return w;
     const size_t n = detail::q4_k_x16_bytes(w.rows, w.cols);

@@ -124,19 +124,19 @@ void quantize_q6_k(const float* src, int64_t n, std::byte* dst) {
 
 }  // namespace
 
-bool quantize_row(gguf::tensor_type t, const float* src, int64_t n, std::byte* dst) {
+bool quantize_row(core::tensor_type t, const float* src, int64_t n, std::byte* dst) {
     switch (t) {
-        case gguf::tensor_type::f32:
+        case core::tensor_type::f32:
             std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
             return true;
-        case gguf::tensor_type::f16:
-        case gguf::tensor_type::bf16:
+        case core::tensor_type::f16:
+        case core::tensor_type::bf16:
             for (int64_t i = 0; i < n; ++i) {
-                const uint16_t h = t == gguf::tensor_type::f16 ? fp32_to_fp16(src[i]) : fp32_to_bf16(src[i]);
+                const uint16_t h = t == core::tensor_type::f16 ? fp32_to_fp16(src[i]) : fp32_to_bf16(src[i]);
                 std::memcpy(dst + 2 * i, &h, 2);
             }
             return true;
-        case gguf::tensor_type::q8_0: {
+        case core::tensor_type::q8_0: {
             if (n % 32 != 0) return false;
             for (int64_t b = 0; b < n / 32; ++b) {
                 const float* x = src + b * 32;
@@ -154,15 +154,15 @@ bool quantize_row(gguf::tensor_type t, const float* src, int64_t n, std::byte* d
             }
             return true;
         }
-        case gguf::tensor_type::q4_0:
+        case core::tensor_type::q4_0:
             if (n % detail::q4_0_elems != 0) return false;
             quantize_q4_0(src, n, dst);
             return true;
-        case gguf::tensor_type::q4_k:
+        case core::tensor_type::q4_k:
             if (n % detail::q4_k_elems != 0) return false;
             quantize_q4_k(src, n, dst);
             return true;
-        case gguf::tensor_type::q6_k:
+        case core::tensor_type::q6_k:
             if (n % detail::q6_k_elems != 0) return false;
             quantize_q6_k(src, n, dst);
             return true;

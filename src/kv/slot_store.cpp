@@ -32,13 +32,13 @@ result<kv_type> parse_kv_type(std::string_view name) {
     return invalid_argument("unknown KV type '{}' (valid: {})", name, kv_type_names());
 }
 
-gguf::tensor_type kv_tensor_type(kv_type t) noexcept {
+core::tensor_type kv_tensor_type(kv_type t) noexcept {
     switch (t) {
-        case kv_type::f16: return gguf::tensor_type::f16;
-        case kv_type::q8_0: return gguf::tensor_type::q8_0;
+        case kv_type::f16: return core::tensor_type::f16;
+        case kv_type::q8_0: return core::tensor_type::q8_0;
         case kv_type::f32: break;
     }
-    return gguf::tensor_type::f32;
+    return core::tensor_type::f32;
 }
 
 size_t kv_row_bytes(kv_type t, int head_dim) noexcept {

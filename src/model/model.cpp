@@ -29,15 +29,26 @@ status hparams::validate() const {
     if (!(rms_eps > 0.0f)) {
         return invalid_file("{}.attention.layer_norm_rms_epsilon is {}, expected > 0", arch, rms_eps);
     }
+    if (layer_rope.size() != static_cast<size_t>(n_layer)) {
+        return invalid_argument("{}: {} layers but {} per-layer rope specs", arch, n_layer,
+                                layer_rope.size());
+    }
+    for (int r : layer_rope) {
+        if (r < 0 || static_cast<size_t>(r) >= rope_specs.size() ||
+            rope_specs[static_cast<size_t>(r)].inv_freq.size() != static_cast<size_t>(rope_dim / 2)) {
+            return invalid_argument("{}: a layer's rope spec {} is not one of the {} specs of rope_dim {}",
+                                    arch, r, rope_specs.size(), rope_dim);
+        }
+    }
     return ok_status();
 }
 
 std::string hparams::to_string() const {
     return fmt::format(
         "{}: n_vocab {}, n_embd {}, n_layer {}, n_head {}, n_kv_head {}, head_dim {}, n_ff {}, rope_dim {}, "
-        "rope_base {}, rms_eps {}, n_ctx_train {}, {} output",
-        arch, n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, rope_dim, rope_freq_base, rms_eps,
-        n_ctx_train, tied_output ? "tied" : "separate");
+        "rope_base {}, rope_scaling {}, rms_eps {}, n_ctx_train {}, {} output",
+        arch, n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, rope_dim, rope_freq_base,
+        rope_scale.to_string(), rms_eps, n_ctx_train, tied_output ? "tied" : "separate");
 }
 
 std::vector<std::string> architecture_names() {

@@ -1,6 +1,8 @@
 #include "h2okv/model/synth.h"
 
 #include <cmath>
+#include <cstring>
+#include <numbers>
 
 #include "h2okv/kernels/kernels.h"
 
@@ -74,9 +76,18 @@ status synth_shape::validate() const {
             "positive (n_embd >= 2)",
             n_embd, n_layer, n_head, n_kv_head, n_ff);
     }
-    if (n_embd % n_head != 0 || (n_embd / n_head) % 2 != 0) {
+    if (head_dim == 0 && (n_embd % n_head != 0 || (n_embd / n_head) % 2 != 0)) {
         return invalid_argument("synthetic shape: n_embd {} must be n_head {} times an even head_dim", n_embd,
                                 n_head);
+    }
+    if (head_dim < 0 || head_dim % 2 != 0) {
+        return invalid_argument("synthetic shape: head_dim {} must be 0 (n_embd / n_head) or even", head_dim);
+    }
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3") {
+        return invalid_argument("synthetic shape: arch '{}', expected llama, qwen2, qwen3 or phi3", arch);
+    }
+    if (rope_freqs && arch != "llama") {
+        return invalid_argument("synthetic shape: rope_freqs is a llama tensor, not one of {}", arch);
     }
     if (n_head % n_kv_head != 0) {
         return invalid_argument("synthetic shape: n_head {} must be a multiple of n_kv_head {}", n_head,
@@ -86,26 +97,40 @@ status synth_shape::validate() const {
     return ok_status();
 }
 
-result<std::vector<std::byte>> synthesize_llama(const synth_shape& s, gguf::tensor_type type, uint64_t seed) {
+result<std::vector<std::byte>> synthesize_model(const synth_shape& s, gguf::tensor_type type, uint64_t seed) {
     H2OKV_RETURN_IF_ERROR(s.validate());
     if (!kernels::matmul_supports(type)) {
         return invalid_argument(
             "synthetic model: weight type {} is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
             gguf::tensor_type_name(static_cast<uint32_t>(type)));
     }
-    const int64_t head_dim = s.n_embd / s.n_head;
+    const int64_t head_dim = s.head_dim != 0 ? s.head_dim : s.n_embd / s.n_head;
+    const std::string a = s.arch + ".";
     gguf::writer w;
-    w.set_string("general.architecture", "llama");
-    w.set_string("general.name", "h2okv synthetic llama");
-    w.set_u32("llama.context_length", static_cast<uint32_t>(s.n_ctx));
-    w.set_u32("llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-    w.set_u32("llama.block_count", static_cast<uint32_t>(s.n_layer));
-    w.set_u32("llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-    w.set_u32("llama.attention.head_count", static_cast<uint32_t>(s.n_head));
-    w.set_u32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_head));
-    w.set_u32("llama.rope.dimension_count", static_cast<uint32_t>(head_dim));
-    w.set_f32("llama.rope.freq_base", s.rope_freq_base);
-    w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    w.set_string("general.architecture", s.arch);
+    // Not the architecture's name: llama.cpp keys vocabulary rules on names containing "phi3".
+    w.set_string("general.name", "h2okv synthetic model");
+    w.set_u32(a + "context_length", static_cast<uint32_t>(s.n_ctx));
+    w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.n_embd));
+    w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layer));
+    w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.n_ff));
+    w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_head));
+    w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_head));
+    if (s.head_dim != 0) {
+        w.set_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
+        w.set_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+    }
+    w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+    w.set_f32(a + "rope.freq_base", s.rope_freq_base);
+    if (s.rope_scale.type != rope_scaling_type::none) {
+        w.set_string(a + "rope.scaling.type", rope_scaling_type_name(s.rope_scale.type));
+        w.set_f32(a + "rope.scaling.factor", static_cast<float>(s.rope_scale.factor));
+        if (s.rope_scale.type == rope_scaling_type::yarn) {
+            w.set_u32(a + "rope.scaling.original_context_length",
+                      static_cast<uint32_t>(s.rope_scale.orig_ctx));
+        }
+    }
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
     w.set_u32("general.file_type", file_type(type));
     std::vector<int32_t> types;
     const auto tokens = synthetic_vocab(s.n_vocab, &types);
@@ -154,16 +179,56 @@ result<std::vector<std::byte>> synthesize_llama(const synth_shape& s, gguf::tens
     if (!s.tied_output) {
         H2OKV_RETURN_IF_ERROR(add("output.weight", type, s.n_embd, s.n_vocab, fan(s.n_embd), 0.0f));
     }
+    if (s.rope_freqs) {
+        // Llama 3.1's factors as its converter computes them: wavelengths beyond the original context's are
+        // stretched by `factor`, those under it / high_freq are kept, a smooth blend between.
+        const double factor = 8.0, low = 1.0, high = 4.0, old_ctx = 8192.0;
+        std::vector<float> f(static_cast<size_t>(head_dim / 2));
+        for (size_t i = 0; i < f.size(); ++i) {
+            const double wavelen =
+                2.0 * std::numbers::pi *
+                std::pow(static_cast<double>(s.rope_freq_base), 2.0 * static_cast<double>(i) / head_dim);
+            const double smooth = (old_ctx / wavelen - low) / (high - low);
+            f[i] = wavelen < old_ctx / high  ? 1.0f
+                   : wavelen > old_ctx / low ? static_cast<float>(factor)
+                                             : static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+        std::vector<std::byte> data(f.size() * sizeof(float));
+        std::memcpy(data.data(), f.data(), data.size());
+        H2OKV_RETURN_IF_ERROR(
+            w.add_tensor("rope_freqs.weight", gguf::tensor_type::f32, {head_dim / 2}, std::move(data)));
+    }
+    const float qk_fan = fan(s.n_embd);
     for (int l = 0; l < s.n_layer; ++l) {
         const std::string p = fmt::format("blk.{}.", l);
         H2OKV_RETURN_IF_ERROR(add(p + "attn_norm.weight", gguf::tensor_type::f32, s.n_embd, 1, 0.1f, 1.0f));
-        H2OKV_RETURN_IF_ERROR(add(p + "attn_q.weight", type, s.n_embd, q_dim, fan(s.n_embd), 0.0f));
-        H2OKV_RETURN_IF_ERROR(add(p + "attn_k.weight", type, s.n_embd, kv_dim, fan(s.n_embd), 0.0f));
-        H2OKV_RETURN_IF_ERROR(add(p + "attn_v.weight", type, s.n_embd, kv_dim, fan(s.n_embd), 0.0f));
+        if (s.arch == "phi3") {
+            H2OKV_RETURN_IF_ERROR(
+                add(p + "attn_qkv.weight", type, s.n_embd, q_dim + 2 * kv_dim, qk_fan, 0.0f));
+        } else {
+            H2OKV_RETURN_IF_ERROR(add(p + "attn_q.weight", type, s.n_embd, q_dim, qk_fan, 0.0f));
+            H2OKV_RETURN_IF_ERROR(add(p + "attn_k.weight", type, s.n_embd, kv_dim, qk_fan, 0.0f));
+            H2OKV_RETURN_IF_ERROR(add(p + "attn_v.weight", type, s.n_embd, kv_dim, qk_fan, 0.0f));
+        }
+        if (s.arch == "qwen2") {  // biases of the size of a projection's spread
+            H2OKV_RETURN_IF_ERROR(add(p + "attn_q.bias", gguf::tensor_type::f32, q_dim, 1, 0.5f, 0.0f));
+            H2OKV_RETURN_IF_ERROR(add(p + "attn_k.bias", gguf::tensor_type::f32, kv_dim, 1, 0.5f, 0.0f));
+            H2OKV_RETURN_IF_ERROR(add(p + "attn_v.bias", gguf::tensor_type::f32, kv_dim, 1, 0.5f, 0.0f));
+        }
+        if (s.arch == "qwen3") {
+            H2OKV_RETURN_IF_ERROR(
+                add(p + "attn_q_norm.weight", gguf::tensor_type::f32, head_dim, 1, 0.1f, 1.0f));
+            H2OKV_RETURN_IF_ERROR(
+                add(p + "attn_k_norm.weight", gguf::tensor_type::f32, head_dim, 1, 0.1f, 1.0f));
+        }
         H2OKV_RETURN_IF_ERROR(add(p + "attn_output.weight", type, q_dim, s.n_embd, fan(q_dim), 0.0f));
         H2OKV_RETURN_IF_ERROR(add(p + "ffn_norm.weight", gguf::tensor_type::f32, s.n_embd, 1, 0.1f, 1.0f));
-        H2OKV_RETURN_IF_ERROR(add(p + "ffn_gate.weight", type, s.n_embd, s.n_ff, fan(s.n_embd), 0.0f));
-        H2OKV_RETURN_IF_ERROR(add(p + "ffn_up.weight", type, s.n_embd, s.n_ff, fan(s.n_embd), 0.0f));
+        if (s.arch == "phi3") {
+            H2OKV_RETURN_IF_ERROR(add(p + "ffn_up.weight", type, s.n_embd, 2 * s.n_ff, fan(s.n_embd), 0.0f));
+        } else {
+            H2OKV_RETURN_IF_ERROR(add(p + "ffn_gate.weight", type, s.n_embd, s.n_ff, fan(s.n_embd), 0.0f));
+            H2OKV_RETURN_IF_ERROR(add(p + "ffn_up.weight", type, s.n_embd, s.n_ff, fan(s.n_embd), 0.0f));
+        }
         H2OKV_RETURN_IF_ERROR(add(p + "ffn_down.weight", type, s.n_ff, s.n_embd, fan(s.n_ff), 0.0f));
     }
     return w.to_bytes();

@@ -8,7 +8,10 @@
 
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <vector>
+
+#include "h2okv/core/cpu_isa.h"
 
 // Contraction would fuse score * decay + row into one rounding on FMA targets and break bit-identity with
 // every other implementation of the contract. The build passes -ffp-contract=off too; this keeps the file
@@ -279,9 +282,8 @@ constexpr score_pass_fns k_avx512 = entry_points<avx512_impl>::fns("avx512");
 std::vector<const score_pass_fns*> supported_variants() {
     std::vector<const score_pass_fns*> v{&k_scalar};
 #if H2OKV_POLICY_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) v.push_back(&k_avx2);
-    if (__builtin_cpu_supports("avx512f")) v.push_back(&k_avx512);
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back(&k_avx2);
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back(&k_avx512);
 #endif
     return v;
 }
@@ -294,8 +296,14 @@ std::span<const score_pass_fns* const> score_pass_variants() {
 }
 
 const score_pass_fns& score_pass() {
-    static const score_pass_fns& best = *score_pass_variants().back();
-    return best;
+    static const score_pass_fns& chosen = []() -> const score_pass_fns& {
+        const std::string_view want = core::cpu_isa_name(core::selected_isa());
+        for (const score_pass_fns* f : score_pass_variants()) {
+            if (want == f->isa) return *f;
+        }
+        return *score_pass_variants().front();  // a build without SIMD variants
+    }();
+    return chosen;
 }
 
 }  // namespace h2okv::policy::detail

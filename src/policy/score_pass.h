@@ -29,7 +29,7 @@ struct score_pass_fns {
     int32_t (*find_lowest)(const double* score, const int64_t* pos, int32_t n, int64_t lo, int64_t hi);
 };
 
-// The fastest variant this CPU runs.
+// The variant of core::selected_isa(): the fastest this CPU runs, or H2OKV_ISA's.
 const score_pass_fns& score_pass();
 // Every variant this CPU runs, the scalar reference first (the tests compare them).
 std::span<const score_pass_fns* const> score_pass_variants();

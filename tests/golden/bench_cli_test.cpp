@@ -49,6 +49,54 @@ TEST_F(BenchCli, SynthWritesLoadableModelsOfEveryType) {
     }
 }
 
+// Every small shape of `gguf synth --help` (one per architecture and RoPE variant) is written, loads as its
+// architecture and generates. The two real-size shapes (smollm-135m, tinyllama-1.1b) are the same llama
+// blocks at hundreds of MB; scripts/run_speed.sh and run_throughput.sh run them.
+TEST_F(BenchCli, EverySmallShapeLoadsAndGenerates) {
+    int rc = -1;
+    const std::string help = run_command(kCli + " gguf synth --help", &rc);
+    ASSERT_EQ(rc, 0);
+    const size_t at = help.find("Model shape: ");
+    ASSERT_NE(at, std::string::npos) << help;
+    std::string list = help.substr(at + 13, help.find_first_of("\n", at) - at - 13);
+    std::vector<std::string> shapes;
+    for (size_t p = 0; p < list.size();) {
+        const size_t end = std::min(list.find(", ", p), list.size());
+        const std::string name = list.substr(p, end - p);
+        if (name != "smollm-135m" && name != "tinyllama-1.1b") shapes.push_back(name);
+        p = end + 2;
+    }
+    EXPECT_GE(shapes.size(), 8u) << list;
+    for (const std::string& shape : shapes) {
+        const std::string path = (dir_ / (shape + ".gguf")).string();
+        run_command(kCli + " gguf synth --shape " + shape + " --type q8_0 -o " + path + " 2>/dev/null", &rc);
+        ASSERT_EQ(rc, 0) << shape;
+        std::string arch = shape.substr(0, shape.find('-'));  // the shape's family
+        if (arch == "llama3" || arch == "mistral" || arch == "tiny") arch = "llama";
+        const std::string info = run_command(kCli + " info -m " + path + " 2>&1", &rc);
+        EXPECT_EQ(rc, 0) << shape << ": " << info;
+        EXPECT_NE(info.find("\"" + arch + "\""), std::string::npos) << shape << ": " << info;
+        const std::string out =
+            run_command(kCli + " generate -m " + path + " -p 'once upon' -n 6 --seed 1 2>&1", &rc);
+        EXPECT_EQ(rc, 0) << shape << ": " << out;
+        EXPECT_NE(out.find("evicted: 0"), std::string::npos) << shape << ": " << out;
+    }
+}
+
+// H2OKV_ISA=scalar runs the reference kernels (bench reports them); a value the CPU cannot run, or a
+// misspelt one, stops the CLI with the value named.
+TEST_F(BenchCli, IsaFromTheEnvironment) {
+    const std::string model = synth("f32");
+    int rc = -1;
+    const std::string out = run_command(
+        "H2OKV_ISA=scalar " + kCli + " bench -m " + model + " -p 8 -n 2 -r 1 --json 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(nlohmann::json::parse(out).at("isa"), "reference") << out;
+    const std::string bad = run_command("H2OKV_ISA=avx9 " + kCli + " info -m " + model + " 2>&1", &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(bad.find("H2OKV_ISA is 'avx9', expected scalar, avx2 or avx512"), std::string::npos) << bad;
+}
+
 TEST_F(BenchCli, SynthIsDeterministicPerSeed) {
     const std::string a = synth("q4_k");
     const std::string b = (dir_ / "again.gguf").string();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -22,7 +23,7 @@
 namespace h2okv::kernels {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 using test_support::encode_matrix;
 using test_support::encoded_matrix;
 using test_support::gamma_k;
@@ -40,7 +41,7 @@ struct variant {
 std::vector<variant> all_variants() {
     std::vector<variant> v = {{"reference", &ref::attend}, {"dispatched", &attend}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::attend});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::attend});
 #endif
     return v;
 }
@@ -225,13 +226,13 @@ TEST(Attend, VariantsMatchReference) {
                             const attend_bounds b = bounds_for(s, h, n, scale, wr);
                             for (int j = 0; j < n; ++j) {
                                 ASSERT_LE(std::fabs(wv[j] - wr[j]), b.weight[j])
-                                    << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim
+                                    << v.name << " " << core::tensor_type_label(type) << " hd " << head_dim
                                     << " n " << n << " head " << h << " weight " << j;
                             }
                             for (int d = 0; d < head_dim; ++d) {
                                 ASSERT_LE(std::fabs(out[h * head_dim + d] - out_ref[h * head_dim + d]),
                                           b.out[d])
-                                    << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim
+                                    << v.name << " " << core::tensor_type_label(type) << " hd " << head_dim
                                     << " n " << n << " head " << h << " out " << d;
                             }
                         }
@@ -262,10 +263,10 @@ TEST(Attend, HeadResultDoesNotDependOnTheGroup) {
                     v.fn(s.q.data() + h * head_dim, 1, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n,
                          scale, o1.data(), w1.data(), n, nullptr);
                     EXPECT_EQ(std::memcmp(o1.data(), out.data() + h * head_dim, head_dim * sizeof(float)), 0)
-                        << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim << " head "
+                        << v.name << " " << core::tensor_type_label(type) << " hd " << head_dim << " head "
                         << h;
                     EXPECT_EQ(std::memcmp(w1.data(), w.data() + h * n, n * sizeof(float)), 0)
-                        << v.name << " " << gguf::tensor_type_name(type) << " hd " << head_dim << " head "
+                        << v.name << " " << core::tensor_type_label(type) << " hd " << head_dim << " head "
                         << h;
                 }
             }
@@ -308,7 +309,7 @@ TEST(Attend, ScoreRowReceivesExactlyTheReturnedWeightsInHeadOrder) {
 TEST(Attend, EdgeCases) {
     for (const variant& v : all_variants()) {
         for (tensor_type type : kTypes) {
-            const std::string name = gguf::tensor_type_name(type);
+            const std::string name = core::tensor_type_label(type);
             // No slots: zero output, weights and score_row untouched.
             const store none = make_store(type, 32, 2, 4, 0, 4);
             std::vector<float> out(64, 5.0f);

@@ -37,7 +37,7 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
 // A weight matrix of `rows` x `cols` encoded as `type`, rows `row_bytes` apart (row_bytes >= the packed row
 // size, so tests can check strided rows), plus the exact float value of every element.
 struct encoded_matrix {
-    gguf::tensor_type type;
+    core::tensor_type type;
     int64_t rows = 0;
     int64_t cols = 0;
     size_t row_bytes = 0;
@@ -47,7 +47,7 @@ struct encoded_matrix {
     matrix_view view() const { return {type, bytes.data(), rows, cols, row_bytes}; }
 };
 
-inline encoded_matrix encode_matrix(gguf::tensor_type type, int64_t rows, int64_t cols, uint32_t seed,
+inline encoded_matrix encode_matrix(core::tensor_type type, int64_t rows, int64_t cols, uint32_t seed,
                                     size_t row_padding = 0) {
     encoded_matrix m;
     m.type = type;
@@ -62,20 +62,20 @@ inline encoded_matrix encode_matrix(gguf::tensor_type type, int64_t rows, int64_
         const float* s = src.data() + r * cols;
         float* val = m.values.data() + r * cols;
         switch (type) {
-            case gguf::tensor_type::f32:
+            case core::tensor_type::f32:
                 std::memcpy(row, s, static_cast<size_t>(cols) * 4);
                 std::memcpy(val, s, static_cast<size_t>(cols) * 4);
                 break;
-            case gguf::tensor_type::f16:
-            case gguf::tensor_type::bf16:
+            case core::tensor_type::f16:
+            case core::tensor_type::bf16:
                 for (int64_t i = 0; i < cols; ++i) {
-                    const bool half = type == gguf::tensor_type::f16;
+                    const bool half = type == core::tensor_type::f16;
                     const uint16_t h = half ? fp32_to_fp16(s[i]) : fp32_to_bf16(s[i]);
                     std::memcpy(row + 2 * i, &h, 2);
                     val[i] = half ? fp16_to_fp32(h) : bf16_to_fp32(h);
                 }
                 break;
-            case gguf::tensor_type::q8_0:
+            case core::tensor_type::q8_0:
                 for (int64_t b = 0; b < cols / 32; ++b) {
                     float amax = 0.0f;
                     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(s[b * 32 + i]));

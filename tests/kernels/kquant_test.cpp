@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -22,8 +23,8 @@
 namespace h2okv::kernels {
 namespace {
 
+using core::tensor_type;
 using detail::q8k_block;
-using gguf::tensor_type;
 using test_support::encode_matrix;
 using test_support::encoded_matrix;
 using test_support::random_floats;
@@ -39,8 +40,8 @@ struct variant {
 std::vector<variant> fast_variants() {
     std::vector<variant> v;
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows});
-    if (detail::cpu_has_avx512()) v.push_back({"avx512", &avx512::matmul_rows});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::matmul_rows});
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::matmul_rows});
 #endif
     return v;
 }
@@ -48,7 +49,7 @@ std::vector<variant> fast_variants() {
 std::vector<std::pair<const char*, quantize_fn>> quantizers() {
     std::vector<std::pair<const char*, quantize_fn>> q = {{"reference", &detail::quantize_q8k}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) q.push_back({"avx2", &avx2::quantize_q8k});
+    if (core::cpu_supports(core::cpu_isa::avx2)) q.push_back({"avx2", &avx2::quantize_q8k});
 #endif
     return q;
 }
@@ -163,8 +164,7 @@ TEST(Q8K, ReferenceProductMatchesExactSumOverQuantisedActivations) {
                 const double bound = test_support::gamma_k(k) * 4.0 * static_cast<double>(abs_sum) +
                                      test_support::unit_roundoff * std::fabs(static_cast<double>(exact));
                 EXPECT_LE(std::fabs(y[r] - static_cast<double>(exact)), bound)
-                    << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " cols " << cols << " row "
-                    << r;
+                    << core::tensor_type_label(type) << " cols " << cols << " row " << r;
             }
         }
     }
@@ -188,8 +188,8 @@ TEST(Q8K, VariantsMatchReferenceBitForBit) {
                         std::vector<float> got(want.size(), -1.0f);
                         v.rows(m.view(), x.data(), n_tok, got.data(), 0, rows);
                         ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
-                            << v.name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type))
-                            << " rows " << rows << " cols " << cols << " n_tok " << n_tok;
+                            << v.name << " " << core::tensor_type_label(type) << " rows " << rows << " cols "
+                            << cols << " n_tok " << n_tok;
                         ++compared;
                     }
                 }

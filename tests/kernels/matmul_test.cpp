@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -21,7 +22,7 @@
 namespace h2okv::kernels {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 using test_support::encode_matrix;
 using test_support::encoded_matrix;
 using test_support::gamma_k;
@@ -38,8 +39,8 @@ struct variant {
 std::vector<variant> fast_variants() {
     std::vector<variant> v;
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows, 8});
-    if (detail::cpu_has_avx512()) v.push_back({"avx512", &avx512::matmul_rows, 16});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::matmul_rows, 8});
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::matmul_rows, 16});
 #endif
     return v;
 }
@@ -129,8 +130,8 @@ TEST(Matmul, VariantsMatchReferenceOverOddShapes) {
                         std::vector<float> y(y_ref.size(), -1.0f);
                         v.rows(m.view(), x.data(), n_tok, y.data(), 0, rows);
                         SCOPED_TRACE(::testing::Message()
-                                     << v.name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type))
-                                     << " rows " << rows << " cols " << cols << " n_tok " << n_tok);
+                                     << v.name << " " << core::tensor_type_label(type) << " rows " << rows
+                                     << " cols " << cols << " n_tok " << n_tok);
                         expect_within_bound(v.name, y, o, roundings(cols, v.lanes));
                         ++compared;
                     }
@@ -183,7 +184,7 @@ TEST(Matmul, TokenGroupingDoesNotChangeBits) {
                 std::vector<float> one(33);
                 fn(m.view(), x.data() + t * cols, 1, one.data(), 0, 33);
                 ASSERT_EQ(std::memcmp(one.data(), all.data() + t * 33, 33 * sizeof(float)), 0)
-                    << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " token " << t;
+                    << core::tensor_type_label(type) << " token " << t;
             }
         }
     }
@@ -205,7 +206,7 @@ TEST(Matmul, BitIdenticalAcrossThreadCounts) {
         }
         for (size_t i = 1; i < results.size(); ++i) {
             EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)), 0)
-                << gguf::tensor_type_name(static_cast<uint32_t>(type)) << ": 1 thread vs " << i + 1;
+                << core::tensor_type_label(type) << ": 1 thread vs " << i + 1;
         }
     }
     omp_set_num_threads(saved_threads);
@@ -257,7 +258,8 @@ TEST(Matmul, DispatchUsesTheSelectedVariant) {
 #ifdef H2OKV_KERNELS_X86
     const std::pair<isa, rows_fn> simd[] = {{isa::avx2, &avx2::matmul_rows},
                                             {isa::avx512, &avx512::matmul_rows}};
-    const bool supported[] = {detail::cpu_has_avx2(), detail::cpu_has_avx512()};
+    const bool supported[] = {core::cpu_supports(core::cpu_isa::avx2),
+                              core::cpu_supports(core::cpu_isa::avx512)};
     for (size_t i = 0; i < std::size(simd); ++i) {
         const auto [id, fn] = simd[i];
         SCOPED_TRACE(isa_name(id));
@@ -304,8 +306,8 @@ TEST(DequantizeRow, ExactForEveryTypeAndVariant) {
     std::vector<std::pair<const char*, deq_fn>> fns = {{"reference", &ref::dequantize_row},
                                                        {"dispatched", &dequantize_row}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
-    if (detail::cpu_has_avx512()) fns.push_back({"avx512", &avx512::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx2)) fns.push_back({"avx2", &avx2::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx512)) fns.push_back({"avx512", &avx512::dequantize_row});
 #endif
     for (tensor_type type : all_types) {
         for (int64_t cols : {1, 7, 8, 13, 32, 64, 100, 160, 256, 333, 768}) {
@@ -316,7 +318,7 @@ TEST(DequantizeRow, ExactForEveryTypeAndVariant) {
                 std::vector<float> out(static_cast<size_t>(cols) + 8, 123.0f);
                 fn(type, m.bytes.data(), cols, out.data());
                 ASSERT_EQ(std::memcmp(out.data(), m.values.data(), static_cast<size_t>(cols) * 4), 0)
-                    << name << " " << gguf::tensor_type_name(static_cast<uint32_t>(type)) << " cols " << cols;
+                    << name << " " << core::tensor_type_label(type) << " cols " << cols;
                 for (size_t i = static_cast<size_t>(cols); i < out.size(); ++i) {
                     ASSERT_EQ(out[i], 123.0f) << name << " wrote past the row";
                 }

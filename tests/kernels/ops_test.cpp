@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -32,7 +33,7 @@ template <typename Fn>
 std::vector<std::pair<const char*, Fn>> variants(Fn reference, [[maybe_unused]] Fn simd) {
     std::vector<std::pair<const char*, Fn>> v{{"reference", reference}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.emplace_back("avx2", simd);
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.emplace_back("avx2", simd);
 #endif
     return v;
 }
@@ -147,6 +148,26 @@ TEST(Rope, RotationTableGivesRopeBitForBit) {
     }
 }
 
+// A spec's table: rope_spec::plain is the base's table bit for bit; any inverse frequencies and magnitude
+// give magnitude * cos / sin of pos * inv_freq[i].
+TEST(Rope, SpecTableIsItsFrequenciesAndMagnitude) {
+    const int rope_dim = 48;
+    for (int64_t pos : {int64_t{0}, int64_t{5}, int64_t{1} << 20}) {
+        std::vector<float> want(rope_dim), got(rope_dim);
+        rope_rotation(pos, rope_dim, 10000.0f, want.data());
+        rope_rotation(rope_spec::plain(rope_dim, 10000.0f, rope_pairing::neox), pos, got.data());
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "pos " << pos;
+        rope_spec s{rope_dim, rope_pairing::normal, std::vector<double>(rope_dim / 2), 1.25};
+        for (int i = 0; i < rope_dim / 2; ++i) s.inv_freq[static_cast<size_t>(i)] = 0.5 / (1 + i);
+        rope_rotation(s, pos, got.data());
+        for (int i = 0; i < rope_dim / 2; ++i) {
+            const long double theta = static_cast<long double>(pos) * (0.5L / (1 + i));
+            EXPECT_NEAR(got[static_cast<size_t>(2 * i)], 1.25L * std::cos(theta), 1e-6) << i;
+            EXPECT_NEAR(got[static_cast<size_t>(2 * i + 1)], 1.25L * std::sin(theta), 1e-6) << i;
+        }
+    }
+}
+
 // exp(x_i - m) / sum, exact in long double for the same float differences x_i - m the kernels form.
 std::vector<long double> softmax_exact(const std::vector<float>& x) {
     float m = x[0];
@@ -181,7 +202,7 @@ constexpr double exp_rel_error = 3 * u;
 #ifdef H2OKV_KERNELS_X86
 
 TEST(VectorExp, RelativeErrorBelowBound) {
-    if (!detail::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+    if (!core::cpu_supports(core::cpu_isa::avx2)) GTEST_SKIP() << "CPU has no AVX2";
     std::vector<float> x;
     for (uint32_t bits = 0x80000000u;; bits += 4093) {  // every 4093rd float from -0 down to -87
         const float v = std::bit_cast<float>(bits);
@@ -213,7 +234,7 @@ TEST(VectorExp, RelativeErrorBelowBound) {
 }
 
 TEST(Softmax, Avx2MatchesReference) {
-    if (!detail::cpu_has_avx2()) GTEST_SKIP() << "CPU has no AVX2";
+    if (!core::cpu_supports(core::cpu_isa::avx2)) GTEST_SKIP() << "CPU has no AVX2";
     for (int n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 100, 1000, 4096, 4099}) {
         for (float spread : {0.1f, 4.0f, 40.0f}) {
             const std::vector<float> x =

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/blocks.h"
@@ -21,7 +22,7 @@
 namespace h2okv::kernels {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 using test_support::encode_matrix;
 using test_support::encoded_matrix;
 using test_support::random_floats;
@@ -36,8 +37,8 @@ struct variant {
 std::vector<variant> variants() {
     std::vector<variant> v = {{"reference", &ref::matmul_rows}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) v.push_back({"avx2", &avx2::matmul_rows});
-    if (detail::cpu_has_avx512()) v.push_back({"avx512", &avx512::matmul_rows});
+    if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::matmul_rows});
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::matmul_rows});
 #endif
     return v;
 }

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -20,7 +21,7 @@
 namespace h2okv::kernels {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 using test_support::random_floats;
 
 using deq_fn = void (*)(tensor_type, const std::byte*, int64_t, float*);
@@ -29,8 +30,8 @@ std::vector<std::pair<const char*, deq_fn>> dequantizers() {
     std::vector<std::pair<const char*, deq_fn>> fns = {{"reference", &ref::dequantize_row},
                                                        {"dispatched", &dequantize_row}};
 #ifdef H2OKV_KERNELS_X86
-    if (detail::cpu_has_avx2()) fns.push_back({"avx2", &avx2::dequantize_row});
-    if (detail::cpu_has_avx512()) fns.push_back({"avx512", &avx512::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx2)) fns.push_back({"avx2", &avx2::dequantize_row});
+    if (core::cpu_supports(core::cpu_isa::avx512)) fns.push_back({"avx512", &avx512::dequantize_row});
 #endif
     return fns;
 }
@@ -46,7 +47,7 @@ void expect_decodes_to(tensor_type t, const std::vector<uint8_t>& block, const s
         fn(t, reinterpret_cast<const std::byte*>(block.data()), static_cast<int64_t>(expected.size()),
            out.data());
         for (size_t i = 0; i < expected.size(); ++i) {
-            ASSERT_EQ(out[i], expected[i]) << name << " " << gguf::tensor_type_name(t) << " element " << i;
+            ASSERT_EQ(out[i], expected[i]) << name << " " << core::tensor_type_label(t) << " element " << i;
         }
     }
 }
@@ -149,7 +150,7 @@ TEST(QuantBlocks, VariantsMatchReferenceOnArbitraryBlocks) {
                 std::vector<float> got(static_cast<size_t>(n) + 8, 99.0f);
                 fn(g.t, reinterpret_cast<const std::byte*>(bytes.data()), n, got.data());
                 ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
-                    << name << " " << gguf::tensor_type_name(g.t) << " blocks " << n_blocks;
+                    << name << " " << core::tensor_type_label(g.t) << " blocks " << n_blocks;
                 for (size_t i = want.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 99.0f) << name;
             }
         }
@@ -194,15 +195,15 @@ TEST(QuantizeRow, RoundTripWithinBounds) {
         double sig2 = 0.0;
         for (int64_t i = 0; i < n; ++i) {
             const float bound = step_of(t, q.data(), i) * (1.0f + 1e-5f) + 1e-6f * std::fabs(x[i]);
-            ASSERT_LE(std::fabs(y[i] - x[i]), bound) << gguf::tensor_type_name(t) << " element " << i;
+            ASSERT_LE(std::fabs(y[i] - x[i]), bound) << core::tensor_type_label(t) << " element " << i;
             err2 += (y[i] - x[i]) * (y[i] - x[i]);
             sig2 += x[i] * x[i];
         }
-        for (int64_t i = 512; i < 544; ++i) EXPECT_EQ(y[i], 0.0f) << gguf::tensor_type_name(t);
+        for (int64_t i = 512; i < 544; ++i) EXPECT_EQ(y[i], 0.0f) << core::tensor_type_label(t);
         // Signal-to-noise of a 4-bit (resp. 6-bit) grid over each block's range: 4-bit types keep the
         // error under about 12% of the signal RMS, Q6_K under 3%.
         const double rel = std::sqrt(err2 / sig2);
-        EXPECT_LT(rel, t == tensor_type::q6_k ? 0.03 : 0.12) << gguf::tensor_type_name(t);
+        EXPECT_LT(rel, t == tensor_type::q6_k ? 0.03 : 0.12) << core::tensor_type_label(t);
     }
 }
 

@@ -2,7 +2,8 @@
 // parser and eviction code): logits to 1e-4 relative and identical kept sets after every chunk, full cache
 // and evicting runs, with f32 KV (and f16/q8_0 KV against the reference's matching rounding), on the bundled
 // model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and 128, GQA 1, 4 and 8, separate
-// output, F16, BF16, Q8_0 and Q4_K weights) and on ../shared's h2o-eval-5M model when present.
+// output, F16, BF16, Q8_0 and Q4_K weights; every architecture's own parts) and on ../shared's h2o-eval-5M
+// model when present.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -255,13 +256,49 @@ TEST(EngineVsNumpy, SyntheticModels) {
     const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_synth_{}", ::getpid());
     fs::create_directories(dir);
     for (const auto& c : cases) {
-        auto bytes = model::synthesize_llama(c.shape, c.type, 7);
+        auto bytes = model::synthesize_model(c.shape, c.type, 7);
         ASSERT_TRUE(bytes.ok()) << c.name << ": " << bytes.error().to_string();
         const std::string path = (dir / (c.name + ".gguf")).string();
         std::ofstream(path, std::ios::binary)
             .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
         const auto tokens = random_tokens(24, c.shape.n_vocab, 2);
         for (const auto& r : {kRuns[0], kRuns[2], kRuns[3], kRuns[4]}) compare(path, tokens, r);
+    }
+    fs::remove_all(dir);
+}
+
+// Each architecture's own parts against the reference's independent implementation of them, full and
+// evicting: Llama 3.1's rope_freqs factors, linear and yarn rope scaling (with its magnitude), qwen2's q/k/v
+// biases and NeoX pairing, qwen3's per-head q/k RMSNorm with a head_dim wider than n_embd / n_head, phi3's
+// fused qkv and gate/up.
+TEST(EngineVsNumpy, Architectures) {
+    using model::rope_scaling_type;
+    auto shape = [](std::string arch) {
+        model::synth_shape s{.n_embd = 128, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_ff = 192};
+        s.arch = std::move(arch);
+        return s;
+    };
+    std::vector<std::pair<std::string, model::synth_shape>> cases;
+    cases.emplace_back("llama3_rope_freqs", shape("llama"));
+    cases.back().second.rope_freq_base = 500000.0f;
+    cases.back().second.rope_freqs = true;
+    cases.emplace_back("llama_linear", shape("llama"));
+    cases.back().second.rope_scale = {.type = rope_scaling_type::linear, .factor = 4.0};
+    cases.emplace_back("qwen2_yarn", shape("qwen2"));
+    cases.back().second.rope_scale = {.type = rope_scaling_type::yarn, .factor = 4.0, .orig_ctx = 256};
+    cases.emplace_back("qwen3_qk_norm", shape("qwen3"));
+    cases.back().second.head_dim = 64;
+    cases.emplace_back("phi3_fused", shape("phi3"));
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_arch_{}", ::getpid());
+    fs::create_directories(dir);
+    for (const auto& [name, s] : cases) {
+        auto bytes = model::synthesize_model(s, gguf::tensor_type::f32, 13);
+        ASSERT_TRUE(bytes.ok()) << name << ": " << bytes.error().to_string();
+        const std::string path = (dir / (name + ".gguf")).string();
+        std::ofstream(path, std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+        const auto tokens = random_tokens(24, s.n_vocab, 6);
+        for (const auto& r : {kRuns[1], kRuns[2], kRuns[3]}) compare(path, tokens, r);
     }
     fs::remove_all(dir);
 }
@@ -275,7 +312,7 @@ TEST(EngineVsNumpy, KQuantProductsOnModelTensors) {
     fs::create_directories(dir);
     for (gguf::tensor_type type : {gguf::tensor_type::q4_k, gguf::tensor_type::q6_k}) {
         const std::string tname = gguf::tensor_type_name(static_cast<uint32_t>(type));
-        auto bytes = model::synthesize_llama({512, 1, 8, 2, 768, 300, 2048, false}, type, 11);
+        auto bytes = model::synthesize_model({512, 1, 8, 2, 768, 300, 2048, false}, type, 11);
         ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
         const std::string path = (dir / (tname + ".gguf")).string();
         std::ofstream(path, std::ios::binary)
@@ -337,7 +374,7 @@ TEST(EngineVsNumpy, RoundedKvTypes) {
     }
     const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_synth_kv_{}", ::getpid());
     fs::create_directories(dir);
-    auto bytes = model::synthesize_llama({256, 2, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::f32, 9);
+    auto bytes = model::synthesize_model({256, 2, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::f32, 9);
     ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
     const std::string path = (dir / "hd64_gqa4.gguf").string();
     std::ofstream(path, std::ios::binary)

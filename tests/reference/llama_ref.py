@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""An independent numpy reference of h2okv: a float64 llama forward pass plus the KV eviction contract.
+"""An independent numpy reference of h2okv: a float64 decoder forward pass (llama, qwen2, qwen3, phi3: biases,
+q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope scaling; see ARCH_PARTS)
+plus the KV eviction contract.
 
 It shares no code with the C++ engine: its own GGUF parser (v2/v3), dequantisation (F32, F16, BF16, Q8_0,
 Q4_0, Q4_K, Q6_K, from ggml's block layouts),
@@ -274,59 +276,155 @@ class SpmTokenizer:
 class Llama:
     def __init__(self, gguf, act_quant=True):
         md = gguf.metadata
-        if md.get("general.architecture") != "llama":
-            raise GgufError(f"architecture {md.get('general.architecture')!r}, expected 'llama'")
-        self.n_embd = int(md["llama.embedding_length"])
-        self.n_layer = int(md["llama.block_count"])
-        self.n_head = int(md["llama.attention.head_count"])
-        self.n_kv = int(md.get("llama.attention.head_count_kv", self.n_head))
-        self.head_dim = int(md.get("llama.attention.key_length", self.n_embd // self.n_head))
-        self.eps = float(md["llama.attention.layer_norm_rms_epsilon"])
-        self.rope_dim = int(md.get("llama.rope.dimension_count", self.head_dim))
-        self.freq_base = float(md.get("llama.rope.freq_base", 10000.0))
+        arch = md.get("general.architecture")
+        if arch not in ARCH_PARTS:
+            raise GgufError(f"architecture {arch!r}, expected one of {', '.join(ARCH_PARTS)}")
+        a = arch + "."
+        self.arch = arch
+        self.n_embd = int(md[a + "embedding_length"])
+        self.n_layer = int(md[a + "block_count"])
+        self.n_head = int(md[a + "attention.head_count"])
+        self.n_kv = int(md.get(a + "attention.head_count_kv", self.n_head))
+        self.head_dim = int(md.get(a + "attention.key_length", self.n_embd // self.n_head))
+        self.eps = float(md[a + "attention.layer_norm_rms_epsilon"])
+        self.rope_dim = int(md.get(a + "rope.dimension_count", self.head_dim))
+        self.freq_base = float(md.get(a + "rope.freq_base", 10000.0))
         self.group = self.n_head // self.n_kv
         t = gguf.tensor
         self.tok_embd = t("token_embd.weight")
         self.n_vocab = self.tok_embd.shape[0]
-        self.layers = []
-        for i in range(self.n_layer):
-            p = f"blk.{i}."
-            self.layers.append({name: t(p + name + ".weight") for name in (
-                "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                "ffn_down")})
-        self.output_norm = t("output_norm.weight")
-        output_name = "output.weight" if "output.weight" in gguf.tensors else "token_embd.weight"
-        self.output = t(output_name)
         # Per matrix: whether its product quantises the activations (k-quant weights, as the engine).
         def kq(name):
             return act_quant and gguf.tensors[name][1] in (T_Q4_K, T_Q6_K)
-        self.quantises = {i: {name: kq(f"blk.{i}.{name}.weight") for name in (
-            "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
-            for i in range(self.n_layer)}
+        self.layers, self.quantises = [], {}
+        for i in range(self.n_layer):
+            self.layers.append(arch_layer(gguf, i, self.n_head * self.head_dim, self.n_kv * self.head_dim))
+            self.quantises[i] = {name: kq(src) for name, src in self.layers[i].pop("sources").items()}
+        self.output_norm = t("output_norm.weight")
+        output_name = "output.weight" if "output.weight" in gguf.tensors else "token_embd.weight"
+        self.output = t(output_name)
+        self.output_bias = t("output.bias") if "output.bias" in gguf.tensors else 0.0
         self.output_quantises = kq(output_name)
-        # theta_i = pos * base^(-2i/rope_dim), i < rope_dim/2
-        self.inv_freq = self.freq_base ** (-2.0 * np.arange(self.rope_dim // 2) / self.rope_dim)
+        self.neox, self.inv_freq, self.rope_magnitude = arch_rope(gguf, arch, self.rope_dim, self.freq_base)
 
     def linear(self, x, layer, name):
-        """x @ W.T for layer `layer`'s matrix `name`, rounding x first where the engine does."""
+        """x @ W.T (+ the bias, where the file has one) for layer `layer`'s matrix `name`, rounding x first
+        where the engine does."""
         if self.quantises[layer][name]:
             x = quantize_q8k(x)
-        return x @ self.layers[layer][name].T
+        return x @ self.layers[layer][name].T + self.layers[layer].get(name + ".bias", 0.0)
+
+    def head_norm(self, x, layer, name):
+        """RMSNorm of every head vector of x ([C][heads][head_dim]) with the layer's `name` weight (Qwen3's
+        attn_q_norm / attn_k_norm); x itself where the architecture has none."""
+        w = self.layers[layer].get(name)
+        return x if w is None else self.rmsnorm(x, w)
 
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
     def rope(self, x, positions):
-        """x: [C][heads][head_dim]; rotates pairs (2i, 2i+1) of the first rope_dim dims ("normal" pairing)."""
+        """x: [C][heads][head_dim]; rotates pairs (2i, 2i+1) of the first rope_dim dims ("normal" pairing), or
+        (i, i + rope_dim/2) for NeoX pairing, and scales them by the rope magnitude (YaRN; 1 otherwise)."""
         theta = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # [C][rope_dim/2]
-        c = np.cos(theta)[:, None, :]
-        s = np.sin(theta)[:, None, :]
+        c = self.rope_magnitude * np.cos(theta)[:, None, :]
+        s = self.rope_magnitude * np.sin(theta)[:, None, :]
         x = x.copy()
-        a = x[..., 0:self.rope_dim:2].copy()
-        b = x[..., 1:self.rope_dim:2].copy()
-        x[..., 0:self.rope_dim:2] = a * c - b * s
-        x[..., 1:self.rope_dim:2] = a * s + b * c
+        ia, ib = rope_pairs(self.rope_dim, self.neox)
+        a = x[..., ia].copy()
+        b = x[..., ib].copy()
+        x[..., ia] = a * c - b * s
+        x[..., ib] = a * s + b * c
         return x
+
+
+# ------------------------------------------------------------------------------------------- architectures
+# What each architecture adds to the llama blocks, read from the file (written from llama.cpp's model
+# definitions and the Hugging Face configs they convert, not from h2okv's loader).
+
+# architecture -> (NeoX rope pairing, per-head q/k RMSNorm, fused q/k/v, fused gate/up, rope_freqs factors)
+ARCH_PARTS = {
+    "llama": dict(neox=False, qk_norm=False, fused=False, rope_freqs=True),
+    "qwen2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False),
+    "qwen3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False),
+    "phi3": dict(neox=True, qk_norm=False, fused=True, rope_freqs=False),
+}
+
+
+def arch_layer(gguf, i, q_dim, kv_dim):
+    """Layer i's tensors by role: matrices [rows][cols], biases (role + ".bias"), q/k norms; fused tensors
+    split (attn_qkv into q, k, v rows; Phi-3's ffn_up into gate, then up). "sources" maps each matrix role to
+    the tensor it came from (its type decides the activation rounding)."""
+    t, p = gguf.tensor, f"blk.{i}."
+    parts = ARCH_PARTS[gguf.metadata["general.architecture"]]
+    L = {"sources": {}}
+    for role in ("attn_norm", "ffn_norm", "attn_output", "ffn_down"):
+        L[role] = t(p + role + ".weight")
+        L["sources"][role] = p + role + ".weight"
+    if p + "attn_qkv.weight" in gguf.tensors:
+        w = t(p + "attn_qkv.weight")
+        for role, lo, hi in (("attn_q", 0, q_dim), ("attn_k", q_dim, q_dim + kv_dim),
+                             ("attn_v", q_dim + kv_dim, q_dim + 2 * kv_dim)):
+            L[role] = w[lo:hi]
+            L["sources"][role] = p + "attn_qkv.weight"
+            if p + "attn_qkv.bias" in gguf.tensors:
+                L[role + ".bias"] = t(p + "attn_qkv.bias")[lo:hi]
+    else:
+        for role in ("attn_q", "attn_k", "attn_v"):
+            L[role] = t(p + role + ".weight")
+            L["sources"][role] = p + role + ".weight"
+            if p + role + ".bias" in gguf.tensors:
+                L[role + ".bias"] = t(p + role + ".bias")
+    if parts["qk_norm"]:
+        L["attn_q_norm"] = t(p + "attn_q_norm.weight")
+        L["attn_k_norm"] = t(p + "attn_k_norm.weight")
+    if parts["fused"]:
+        w = t(p + "ffn_up.weight")
+        n_ff = w.shape[0] // 2
+        L["ffn_gate"], L["ffn_up"] = w[:n_ff], w[n_ff:]
+        L["sources"]["ffn_gate"] = L["sources"]["ffn_up"] = p + "ffn_up.weight"
+    else:
+        for role in ("ffn_gate", "ffn_up"):
+            L[role] = t(p + role + ".weight")
+            L["sources"][role] = p + role + ".weight"
+    return L
+
+
+def rope_pairs(rope_dim, neox):
+    """The index arrays of the rotated pairs: (2i, 2i+1), or (i, i + rope_dim/2) for NeoX."""
+    i = np.arange(rope_dim // 2)
+    return (i, i + rope_dim // 2) if neox else (2 * i, 2 * i + 1)
+
+
+def arch_rope(gguf, arch, rope_dim, base):
+    """(NeoX pairing, inverse frequencies [rope_dim/2], magnitude): the base's frequencies divided by
+    rope_freqs.weight (Llama 3.1), then the rope.scaling.* type: linear divides them by the factor; YaRN
+    blends interpolated (/ factor) and original frequencies with a ramp over the pair index between the
+    correction dims of beta_fast = 32 and beta_slow = 1 turns in the original context, and scales the
+    rotation by 0.1 ln(factor) + 1; rope.scaling.attn_factor multiplies the magnitude."""
+    md, a = gguf.metadata, arch + "."
+    freq = base ** (-2.0 * np.arange(rope_dim // 2) / rope_dim)
+    if ARCH_PARTS[arch]["rope_freqs"] and "rope_freqs.weight" in gguf.tensors:
+        freq = freq / gguf.tensor("rope_freqs.weight")
+    kind = md.get(a + "rope.scaling.type", "linear")
+    factor = float(md.get(a + "rope.scaling.factor", md.get(a + "rope.scale_linear", 0.0))) or 1.0
+    magnitude = float(md.get(a + "rope.scaling.attn_factor", 1.0))
+    if kind == "linear":
+        freq = freq / factor
+    elif kind == "yarn":
+        n_orig = int(md.get(a + "rope.scaling.original_context_length", md.get(a + "context_length")))
+
+        def corr_dim(turns):  # the pair whose wavelength fits `turns` rotations into the original context
+            return rope_dim * math.log(n_orig / (turns * 2 * math.pi)) / (2 * math.log(base))
+        low = max(0.0, math.floor(corr_dim(32.0)))
+        high = min(rope_dim - 1.0, math.ceil(corr_dim(1.0)))
+        ramp = 1.0 - np.clip((np.arange(rope_dim // 2) - low) / max(0.001, high - low), 0.0, 1.0)
+        freq = freq * ((1.0 - ramp) / factor + ramp)
+        if factor > 1.0:
+            magnitude *= 1.0 + 0.1 * math.log(factor)
+    elif kind != "none":
+        raise GgufError(f"{a}rope.scaling.type {kind!r} is not supported (none, linear, yarn)")
+    return ARCH_PARTS[arch]["neox"], freq, magnitude
 
 
 # ---------------------------------------------------------------------------------------------- KV types
@@ -478,8 +576,9 @@ class Run:
         x = m.tok_embd[np.asarray(tokens)]
         for li, w in enumerate(m.layers):
             h = m.rmsnorm(x, w["attn_norm"])
-            q = m.rope(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), pos)
-            k = m.rope(m.linear(h, li, "attn_k").reshape(C, m.n_kv, m.head_dim), pos)
+            q = m.head_norm(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), li, "attn_q_norm")
+            k = m.head_norm(m.linear(h, li, "attn_k").reshape(C, m.n_kv, m.head_dim), li, "attn_k_norm")
+            q, k = m.rope(q, pos), m.rope(k, pos)
             v = m.linear(h, li, "attn_v").reshape(C, m.n_kv, m.head_dim)
             self.k[li, c0:c1] = round_kv(k, self.kv_type)
             self.v[li, c0:c1] = round_kv(v, self.kv_type)
@@ -499,7 +598,7 @@ class Run:
             g = m.linear(h, li, "ffn_gate")
             x = x + m.linear(g / (1.0 + np.exp(-g)) * m.linear(h, li, "ffn_up"), li, "ffn_down")
         xo = m.rmsnorm(x, m.output_norm)
-        logits = (quantize_q8k(xo) if m.output_quantises else xo) @ m.output.T
+        logits = (quantize_q8k(xo) if m.output_quantises else xo) @ m.output.T + m.output_bias
         self._update_scores(weights, C, c0, c1)
         self.kept[:, c0:c1] = True
         self.n = c1

@@ -1,5 +1,6 @@
-// h2okv gguf synth: writes a synthetic llama GGUF (random weights) of a named shape and weight type, for
-// benchmarks and tests that need a model of a real model's size without its weights.
+// h2okv gguf synth: writes a synthetic GGUF (random weights) of a named shape (architecture, sizes, RoPE
+// variant) and weight type, for benchmarks and tests that need a model of a real model's shape without its
+// weights.
 //
 //   h2okv gguf synth --shape smollm-135m --type q8_0 -o /tmp/smollm-q8_0.gguf --seed 1
 #include <fmt/format.h>
@@ -35,6 +36,85 @@ const std::map<std::string, model::synth_shape>& shapes() {
         // A few-MB model for tests: head_dim 64, GQA 2, every matrix row a multiple of 256; a long context
         // so deep benchmark runs fit under the `full` policy.
         {"tiny", {256, 2, 4, 2, 512, 512, 16384, true, 10000.0f}},
+        // One small shape per architecture and RoPE variant, for tests and the llama.cpp comparison
+        // (scripts/llamacpp/arch_compare.sh); each row a multiple of 256.
+        // Llama 3.x: base 500000 and Llama 3.1's rope_freqs.weight factors.
+        {"llama3-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .rope_freq_base = 500000.0f,
+          .rope_freqs = true}},
+        // Llama with linear rope scaling x4 (the SuperHOT / CodeLlama-style stretch).
+        {"llama-linear-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .rope_scale = {.type = model::rope_scaling_type::linear, .factor = 4.0}}},
+        // Mistral 7B's proportions: head_dim 128, GQA 4, base 1e6, separate output.
+        {"mistral-tiny",
+         {.n_embd = 512,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 1,
+          .n_ff = 1024,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .tied_output = false,
+          .rope_freq_base = 1000000.0f}},
+        // Qwen2.5: q/k/v biases, NeoX pairing, base 1e6.
+        {"qwen2-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .rope_freq_base = 1000000.0f,
+          .arch = "qwen2"}},
+        // Qwen2.5 with yarn x4 of a 4096-token original context (its long-context setting, scaled down).
+        {"qwen2-yarn-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .rope_freq_base = 1000000.0f,
+          .arch = "qwen2",
+          .rope_scale = {.type = model::rope_scaling_type::yarn, .factor = 4.0, .orig_ctx = 4096}}},
+        // Qwen3: q/k RMSNorm per head, head_dim 128 with n_embd 256 (q is wider than the residual).
+        {"qwen3-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .rope_freq_base = 1000000.0f,
+          .arch = "qwen3",
+          .head_dim = 128}},
+        // Phi-3: fused qkv and gate/up, multi-head attention, NeoX pairing.
+        {"phi3-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 4,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 4096,
+          .arch = "phi3"}},
     };
     return s;
 }
@@ -62,7 +142,7 @@ int run_synth(const synth_options& o) {
                 what, cols, gguf::tensor_type_name(t), gguf::tensor_type_name(got));
         }
     }
-    auto bytes = model::synthesize_llama(s, t, o.seed);
+    auto bytes = model::synthesize_model(s, t, o.seed);
     if (!bytes.ok()) return fail(bytes.error());
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(o.out.c_str(), "wb"), &std::fclose);
     if (!f) return fail(io_error("cannot create '{}': {}", o.out, std::strerror(errno)));
@@ -82,10 +162,11 @@ void add_gguf_command(CLI::App& app, int* exit_code) {
     CLI::App* gguf_cmd = app.add_subcommand("gguf", "GGUF file utilities");
     gguf_cmd->require_subcommand(1);
     auto o = std::make_shared<synth_options>();
-    CLI::App* cmd = gguf_cmd->add_subcommand(
-        "synth",
-        "Write a synthetic llama GGUF with random weights of a named shape (Q4_K matrices whose rows are "
-        "not multiples of 256 are stored as Q8_0)");
+    CLI::App* cmd =
+        gguf_cmd->add_subcommand("synth",
+                                 "Write a synthetic GGUF with random weights of a named shape (architecture, "
+                                 "sizes, RoPE variant; Q4_K "
+                                 "matrices whose rows are not multiples of 256 are stored as Q8_0)");
     std::string shape_names;
     for (const auto& [name, shape] : shapes()) shape_names += (shape_names.empty() ? "" : ", ") + name;
     std::string type_names;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "h2okv/core/status.h"
+#include "h2okv/core/tensor_type.h"
 
 namespace h2okv::gguf {
 
@@ -45,25 +46,14 @@ enum class value_type : uint32_t {
 };
 const char* value_type_name(value_type t);
 
-// Tensor element types, numbered as ggml's `ggml_type`. Only the ones h2okv knows are listed; others are
-// refused by name and number.
-enum class tensor_type : uint32_t {
-    f32 = 0,
-    f16 = 1,
-    q4_0 = 2,
-    q8_0 = 8,
-    q4_k = 12,
-    q6_k = 14,
-    bf16 = 30,
-};
+// Tensor element types and their block sizes (h2okv/core/tensor_type.h, the one table).
+using core::block_bytes;
+using core::block_elements;
+using core::tensor_type;
 // "F32", "Q8_0", ...; "type 17" for numbers h2okv does not know.
 std::string tensor_type_name(uint32_t t);
 std::string tensor_type_name(tensor_type t);
 bool is_known_tensor_type(uint32_t t);
-// Elements per block and bytes per block (F32: 1 and 4; Q8_0: 32 and 34; Q4_K: 256 and 144 ...).
-// Returns 0 for a value outside the enumeration.
-int64_t block_elements(tensor_type t);
-int64_t block_bytes(tensor_type t);
 
 // One metadata value. `data` holds uint64_t for u8/u16/u32/u64, int64_t for i8/i16/i32/i64, double for
 // f32/f64, bool, std::string, or (for arrays) the elements, all of type `element_type`. Arrays of arrays

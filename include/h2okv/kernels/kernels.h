@@ -8,9 +8,9 @@
 // validated where data enters, e.g. by the model loader through `matmul_supports`) and only debug-assert.
 //
 //   using namespace h2okv::kernels;
-//   matrix_view w{gguf::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
+//   matrix_view w{core::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
 //   matmul(w, x, n_tok, y);                          // y: [n_tok][n_out]
-//   kv_rows k{gguf::tensor_type::f16, k_bytes, head_dim * 2}, v{gguf::tensor_type::f16, v_bytes, head_dim *
+//   kv_rows k{core::tensor_type::f16, k_bytes, head_dim * 2}, v{core::tensor_type::f16, v_bytes, head_dim *
 //   2}; attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
 //
 // Determinism: every output element is computed by one thread with one fixed sequence of operations that
@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "h2okv/gguf/gguf.h"
+#include "h2okv/core/tensor_type.h"
 
 namespace h2okv::kernels {
 
@@ -52,7 +52,7 @@ enum class weight_layout : uint8_t {
 };
 
 struct matrix_view {
-    gguf::tensor_type type;
+    core::tensor_type type;
     const std::byte* data;
     int64_t rows;
     int64_t cols;
@@ -85,10 +85,10 @@ private:
 
 // True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 // Loaders check this and refuse other types with a status; the kernels themselves do not check.
-bool matmul_supports(gguf::tensor_type t) noexcept;
+bool matmul_supports(core::tensor_type t) noexcept;
 // Bytes of one row of `cols` elements of type `t` (0 when `t` is unsupported or cols is not a whole number of
 // blocks).
-size_t row_size(gguf::tensor_type t, int64_t cols) noexcept;
+size_t row_size(core::tensor_type t, int64_t cols) noexcept;
 
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
 // not alias x). Parallel over blocks of rows with OpenMP (serial when called inside a parallel region or for
@@ -107,7 +107,7 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
 
 // Converts `n` elements of a row of type `t` to f32 (n a whole number of blocks for quantised types). src:
 // the row's bytes.
-void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
+void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; x, w, out: [n]; out may alias x. The sum of squares is
 // accumulated in double.
@@ -131,6 +131,28 @@ void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) n
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
                 rope_pairing p) noexcept;
 
+// One layer's RoPE as data, computed once when a model loads (h2okv/model/rope.h builds it from the file's
+// base, rope_freqs factors and rope.scaling.* keys): pair i of the first rope_dim dims turns by
+// pos * inv_freq[i] radians, and the rotated dims are multiplied by `magnitude` (YaRN's attention factor,
+// 1 otherwise). Whoever applies RoPE (the forward pass, or a cache that re-rotates keys) hands the same spec
+// to rope_rotation and rope_apply.
+//
+//   rope_spec s = rope_spec::plain(128, 500000.0f, rope_pairing::normal);
+//   rope_rotation(s, pos, cs);   rope_apply(q, n_head, head_dim, s.rope_dim, cs, s.pairing);
+struct rope_spec {
+    int rope_dim = 0;
+    rope_pairing pairing = rope_pairing::normal;
+    std::vector<double> inv_freq;  // [rope_dim / 2] radians per position
+    double magnitude = 1.0;
+    // Unscaled RoPE: inv_freq[i] = freq_base^(-2i / rope_dim).
+    static rope_spec plain(int rope_dim, float freq_base, rope_pairing p);
+};
+
+// cos_sin[2i], cos_sin[2i + 1] = magnitude * cos(theta_i), magnitude * sin(theta_i), theta_i = pos *
+// inv_freq[i], in double (cos_sin: [rope_dim] floats). For rope_spec::plain the same bits as the
+// rope_rotation above.
+void rope_rotation(const rope_spec& s, int64_t pos, float* cos_sin) noexcept;
+
 // In-place softmax of x[0..n): exp(x - max) / sum; the sum is accumulated in double.
 void softmax(float* x, int n) noexcept;
 
@@ -141,14 +163,14 @@ void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 // data + s * row_bytes. Types: f32, f16 (IEEE binary16) or q8_0 (ggml's blocks of 32, so head_dim must be a
 // multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
 struct kv_rows {
-    gguf::tensor_type type;
+    core::tensor_type type;
     const std::byte* data;
     size_t row_bytes;
 };
 
 // True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 for
 // multiples of 32.
-bool attend_supports(gguf::tensor_type t, int head_dim) noexcept;
+bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
 // one type); K and V are read once for all the heads.
@@ -165,12 +187,13 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
             int n, float scale, float* out, float* weights, size_t weights_stride,
             double* score_row) noexcept;
 
-// The instruction sets kernels are compiled for. `best_isa()` is what the CPU supports, chosen at start-up
-// (avx512 over avx2 over reference); `set_isa` switches every dispatched kernel (for tests and benchmarks
-// comparing variants; a call already running finishes with the variant it started with) and returns false,
-// changing nothing, when the CPU (or the OS, for the AVX-512 register state) lacks the ISA or this build does
-// not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul and dequantize_row and shares the
-// avx2 softmax and attend.
+// The instruction sets kernels are compiled for. `best_isa()` is the best the CPU supports (avx512 over avx2
+// over reference); the kernels start with core::selected_isa() (h2okv/core/cpu_isa.h: the best, or the one
+// H2OKV_ISA names; its "scalar" is `reference` here); `set_isa` switches every dispatched kernel (for tests
+// and benchmarks comparing variants; a call already running finishes with the variant it started with) and
+// returns false, changing nothing, when the CPU (or the OS, for the AVX-512 register state) lacks the ISA or
+// this build does not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul and dequantize_row and
+// shares the avx2 softmax and attend.
 enum class isa { reference, avx2, avx512 };
 const char* isa_name(isa i) noexcept;  // "reference", "avx2", "avx512"
 isa best_isa() noexcept;
@@ -194,6 +217,6 @@ namespace h2okv::kernels {
 //     up; q in [-31, 31]; |error| <= (d*sc_j)/2.
 // These are simpler than ggml's searched scales (somewhat larger error, same format); llama.cpp reads the
 // results like its own.
-bool quantize_row(gguf::tensor_type t, const float* src, int64_t n, std::byte* dst);
+bool quantize_row(core::tensor_type t, const float* src, int64_t n, std::byte* dst);
 
 }  // namespace h2okv::kernels

@@ -32,7 +32,7 @@ result<kv_type> parse_kv_type(std::string_view name);
 // not divide head_dim.
 size_t kv_row_bytes(kv_type t, int head_dim) noexcept;
 // The kernels' name of the type.
-gguf::tensor_type kv_tensor_type(kv_type t) noexcept;
+core::tensor_type kv_tensor_type(kv_type t) noexcept;
 
 class slot_store {
 public:

@@ -17,6 +17,7 @@
 #include "h2okv/core/status.h"
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/kernels/kernels.h"
+#include "h2okv/model/rope.h"
 
 namespace h2okv::model {
 
@@ -35,8 +36,16 @@ struct hparams {
     float rms_eps = 1e-5f;
     int64_t n_ctx_train = 0;  // what the file says (may be wrong: stories260K says 2048, trained at 512)
     bool tied_output = false;
+    rope_scaling rope_scale{};  // the file's rope.scaling.* keys
+    // The RoPE every layer applies (base, rope_freqs factors and scaling folded in): distinct specs, and per
+    // layer the index of its own. Use rope(layer).
+    std::vector<kernels::rope_spec> rope_specs;
+    std::vector<int> layer_rope;
 
     int gqa_group() const { return n_head / n_kv_head; }
+    const kernels::rope_spec& rope(int layer) const {
+        return rope_specs[static_cast<size_t>(layer_rope[static_cast<size_t>(layer)])];
+    }
     // Checks internal consistency; the error names the values.
     status validate() const;
     std::string to_string() const;

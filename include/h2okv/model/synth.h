@@ -1,10 +1,10 @@
-// Synthetic llama models: random weights of a chosen shape and weight type written as a complete GGUF (llama
-// metadata and a SentencePiece-type vocabulary of byte tokens plus synthetic pieces), loadable by h2okv and
-// llama.cpp alike. Tests use them to exercise shapes the bundled model lacks; benchmarks to compare engines
-// on identical files.
+// Synthetic models: random weights of a chosen architecture, shape and weight type written as a complete GGUF
+// (the architecture's metadata and tensors, and a SentencePiece-type vocabulary of byte tokens plus
+// synthetic pieces), loadable by h2okv and llama.cpp alike. Tests use them to exercise shapes the bundled
+// model lacks; benchmarks to compare engines on identical files.
 //
 //   model::synth_shape s{.n_embd = 256, .n_layer = 2, .n_head = 4, .n_kv_head = 1, .n_ff = 512, .n_vocab =
-//   300}; auto bytes = model::synthesize_llama(s, gguf::tensor_type::q8_0, /*seed=*/1);
+//   300}; auto bytes = model::synthesize_model(s, gguf::tensor_type::q8_0, /*seed=*/1);
 #pragma once
 
 #include <cstddef>
@@ -14,6 +14,7 @@
 
 #include "h2okv/core/status.h"
 #include "h2okv/gguf/gguf.h"
+#include "h2okv/model/rope.h"
 
 namespace h2okv::model {
 
@@ -27,6 +28,12 @@ struct synth_shape {
     int64_t n_ctx = 2048;
     bool tied_output = true;
     float rope_freq_base = 10000.0f;
+    // The architecture's tensors and keys: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused qkv
+    // and gate/up). NeoX pairing comes with the architecture, as in real files.
+    std::string arch = "llama";
+    int head_dim = 0;           // 0: n_embd / n_head; else written as attention.key_length (Qwen3: 128)
+    rope_scaling rope_scale{};  // written as rope.scaling.type / factor / original_context_length
+    bool rope_freqs = false;    // llama: Llama 3.1's rope_freqs.weight (factor 8, low 1, high 4, 8192)
     status validate() const;
 };
 
@@ -34,7 +41,7 @@ struct synth_shape {
 // of its blocks, which take matrix_type(type, cols) (as llama.cpp's quantiser falls back for such tensors);
 // norms stay F32. The result holds the whole file; building it needs about twice the file's size in memory
 // (the tensors, then the serialised copy).
-result<std::vector<std::byte>> synthesize_llama(const synth_shape& shape, gguf::tensor_type type,
+result<std::vector<std::byte>> synthesize_model(const synth_shape& shape, gguf::tensor_type type,
                                                 uint64_t seed);
 
 // The type a synthetic matrix with rows of `cols` elements gets when the file's type is `type`: `type` when

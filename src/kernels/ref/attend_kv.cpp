@@ -14,12 +14,12 @@ namespace {
 double element(const kv_rows& r, int32_t slot, int d) {
     const std::byte* row = r.data + static_cast<size_t>(slot) * r.row_bytes;
     switch (r.type) {
-        case gguf::tensor_type::f16: {
+        case core::tensor_type::f16: {
             uint16_t h;
             std::memcpy(&h, row + 2 * static_cast<size_t>(d), 2);
             return detail::half_to_float(h);
         }
-        case gguf::tensor_type::q8_0: {
+        case core::tensor_type::q8_0: {
             const std::byte* block = row + static_cast<size_t>(d / detail::q8_0_elems) * detail::q8_0_bytes;
             uint16_t h;
             std::memcpy(&h, block, 2);

@@ -105,7 +105,7 @@ float dot_q6_k_q8k(const std::byte* row, const q8k_block* x, int64_t n_blocks, f
 }
 
 const std::byte* plain_block(const matrix_view& w, int64_t r, int64_t b, std::byte* buf) {
-    const size_t block_bytes = w.type == gguf::tensor_type::q4_k ? q4_k_bytes : q6_k_bytes;
+    const size_t block_bytes = w.type == core::tensor_type::q4_k ? q4_k_bytes : q6_k_bytes;
     if (w.layout == weight_layout::rows)
         return w.data + static_cast<size_t>(r) * w.row_bytes + b * block_bytes;
     unpack_q4_k_x16_block(w, r, b, buf);
@@ -122,7 +122,7 @@ const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quanti
 
 void matmul_kquant_unbuffered(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                               int64_t r1) {
-    const bool q4 = w.type == gguf::tensor_type::q4_k;
+    const bool q4 = w.type == core::tensor_type::q4_k;
     for (int t = 0; t < n_tok; ++t) {
         for (int64_t r = r0; r < r1; ++r) {
             float acc = 0.0f;

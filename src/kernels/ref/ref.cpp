@@ -13,7 +13,7 @@
 namespace h2okv::kernels::ref {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
 using detail::q4_0_bytes;
 using detail::q4_0_elems;
@@ -237,6 +237,15 @@ void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float 
 void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin) {
     for (int i = 0; i < rope_dim / 2; ++i)
         rope_angle(pos, i, rope_dim, freq_base, &cos_sin[2 * i], &cos_sin[2 * i + 1]);
+}
+
+void rope_rotation(const rope_spec& spec, int64_t pos, float* cos_sin) {
+    assert(spec.inv_freq.size() == static_cast<size_t>(spec.rope_dim / 2));
+    for (int i = 0; i < spec.rope_dim / 2; ++i) {
+        const double theta = static_cast<double>(pos) * spec.inv_freq[static_cast<size_t>(i)];
+        cos_sin[2 * i] = static_cast<float>(spec.magnitude * std::cos(theta));
+        cos_sin[2 * i + 1] = static_cast<float>(spec.magnitude * std::sin(theta));
+    }
 }
 
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p) {

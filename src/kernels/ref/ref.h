@@ -19,10 +19,11 @@ void matmul(const matrix_view& w, const float* x, int n_tok, float* y);
 // Rows [r0, r1) of a Q4_K / Q6_K product over activations already quantised (kernel_table::kquant_rows).
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
-void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base, rope_pairing p);
 void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin);
+void rope_rotation(const rope_spec& spec, int64_t pos, float* cos_sin);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p);
 void softmax(float* x, int n);
 void swiglu(const float* gate, const float* up, int n, float* out);

@@ -206,10 +206,10 @@ H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows&
     }
     // K and V share the type (one kv_cache holds both).
     switch (k.type) {
-        case gguf::tensor_type::f16:
+        case core::tensor_type::f16:
             attend_rows<f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
             break;
-        case gguf::tensor_type::q8_0:
+        case core::tensor_type::q8_0:
             attend_rows<q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
             break;
         default:

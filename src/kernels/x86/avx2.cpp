@@ -1,6 +1,6 @@
 // Only the functions marked H2OKV_AVX2 use AVX2/FMA/F16C instructions, so the rest of this file (and any
 // inline library code it instantiates) stays valid on every x86-64; the table is used only after
-// cpu_has_avx2().
+// core::cpu_supports(core::cpu_isa::avx2).
 #include "kernels/x86/avx2.h"
 
 #include "kernels/blocks.h"
@@ -9,7 +9,6 @@
 
 #ifdef H2OKV_KERNELS_X86
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,10 +26,10 @@
 namespace h2okv::kernels::avx2 {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
-constexpr int64_t q8_0_block = 32;
-constexpr size_t q8_0_block_bytes = 34;
+constexpr int64_t q8_0_block = detail::q8_0_elems;
+constexpr size_t q8_0_block_bytes = detail::q8_0_bytes;
 
 H2OKV_AVX2 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -488,21 +487,6 @@ H2OKV_AVX2 void softmax(float* x, int n) {
 }  // namespace h2okv::kernels::avx2
 
 namespace h2okv::kernels::detail {
-namespace {
-
-// CPUID directly: clang 14's __builtin_cpu_supports does not know "f16c".
-bool cpu_has_f16c() {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-}
-
-}  // namespace
-
-bool cpu_has_avx2() {
-    static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
-    return has;
-}
-
 const kernel_table& avx2_table() {
     static const kernel_table t{isa::avx2,      &avx2::matmul_rows,  &avx2::dequantize_row,
                                 &avx2::softmax, &avx2::attend,       &avx2::rmsnorm,

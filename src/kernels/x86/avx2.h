@@ -1,8 +1,9 @@
 // AVX2 + FMA + F16C variants of the dispatched kernels (same contracts as h2okv/kernels/kernels.h). Call them
-// only when detail::cpu_has_avx2() is true; kernels.cpp does the dispatch, tests call them directly to
-// compare with ref/.
+// only when core::cpu_supports(core::cpu_isa::avx2) is true; kernels.cpp does the dispatch, tests call them
+// directly to compare with ref/.
 //
-//   if (h2okv::kernels::detail::cpu_has_avx2()) h2okv::kernels::avx2::matmul_rows(w, x, n_tok, y, 0, w.rows);
+//   using namespace h2okv;
+//   if (core::cpu_supports(core::cpu_isa::avx2)) kernels::avx2::matmul_rows(w, x, n_tok, y, 0, w.rows);
 #pragma once
 
 #include <cstddef>
@@ -14,7 +15,7 @@
 namespace h2okv::kernels::avx2 {
 
 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
-void dequantize_row(gguf::tensor_type t, const std::byte* src, int64_t n, float* dst);
+void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
 // out[i] = exp(x[i]) for x[i] <= 0 with the 8-lane polynomial exp that softmax and attend use (exposed so
 // tests can bound its error directly); arguments below -87 give 0.
 void exp_nonpositive(const float* x, int n, float* out);

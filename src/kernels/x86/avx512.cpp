@@ -1,6 +1,7 @@
 // AVX-512 (F/BW/DQ/VL) + FMA + F16C matmul: 16-lane codecs for every weight type and the register tiles of
 // matmul_tiles.h with 4 rows x 6 tokens of zmm accumulators. Only the functions marked H2OKV_AVX512 use
-// those instructions; the table is used only after cpu_has_avx512().
+// those instructions; the table is used only after
+// core::cpu_supports(core::cpu_isa::avx512).
 #include "kernels/x86/avx512.h"
 
 #include "kernels/blocks.h"
@@ -35,7 +36,7 @@
 namespace h2okv::kernels::avx512 {
 namespace {
 
-using gguf::tensor_type;
+using core::tensor_type;
 
 struct v512 {
     using reg = __m512;
@@ -405,24 +406,6 @@ H2OKV_AVX512 void dequantize_row(tensor_type t, const std::byte* src, int64_t n,
 }  // namespace h2okv::kernels::avx512
 
 namespace h2okv::kernels::detail {
-
-bool cpu_has_avx512() {
-    static const bool has = [] {
-        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-        if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-        const unsigned leaf1_needed = bit_OSXSAVE | bit_FMA | bit_F16C;
-        if ((ecx & leaf1_needed) != leaf1_needed) return false;
-        // The OS must save the zmm state: XCR0 bits 1, 2 (xmm, ymm) and 5, 6, 7 (opmask, zmm0-15 upper
-        // halves, zmm16-31).
-        unsigned xcr0_lo = 0, xcr0_hi = 0;
-        __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-        if ((xcr0_lo & 0xE6u) != 0xE6u) return false;
-        if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-        const unsigned leaf7_needed = bit_AVX2 | bit_AVX512F | bit_AVX512BW | bit_AVX512DQ | bit_AVX512VL;
-        return (ebx & leaf7_needed) == leaf7_needed;
-    }();
-    return has;
-}
 
 const kernel_table& avx512_table() {
     // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.

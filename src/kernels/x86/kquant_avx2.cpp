@@ -172,7 +172,7 @@ H2OKV_AVX2 void quantize_q8k(const float* x, int64_t cols, q8k_block* out) {
 H2OKV_AVX2 void kquant_direct_rows(const matrix_view& w, const q8k_block* xq, int n_tok, float* y, int64_t r0,
                                    int64_t r1) {
     const int64_t nb = w.cols / detail::q8k_elems;
-    const bool q4 = w.type == gguf::tensor_type::q4_k;
+    const bool q4 = w.type == core::tensor_type::q4_k;
     for (int64_t r = r0; r < r1; ++r) {
         const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
         for (int t = 0; t < n_tok; ++t)

@@ -225,7 +225,7 @@ H2OKV_KQ_TARGET void kquant_rows(const matrix_view& w, const detail::q8k_block* 
     constexpr int64_t L = V::lanes;
     const int64_t nb = w.cols / detail::q8k_elems;
     const int64_t full_end = r0 + (r1 - r0) / L * L;
-    const bool q4 = w.type == gguf::tensor_type::q4_k;
+    const bool q4 = w.type == core::tensor_type::q4_k;
     const int64_t words = (q4 ? q4_k_panel_words : q6_k_panel_words) * L;
     int32_t* panel = n_tok >= kq_panel_min_tokens && full_end > r0
                          ? detail::thread_scratch<int32_t>(static_cast<size_t>(nb * words))

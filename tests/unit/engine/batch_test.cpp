@@ -243,6 +243,38 @@ TEST_P(Batching, SchedulerTokensEqualGenerateAlone) {
     }
 }
 
+// The blocks of the other architectures (q/k/v biases, per-head q/k norms, fused qkv and gate/up, scaled
+// RoPE with a magnitude) keep a sequence's results the same bits in a batch as alone, at 2 threads.
+TEST(BatchingArchitectures, LogitsAndKeptSetsEqualSolo) {
+    const bool forced = core::force_parallel();
+    core::set_force_parallel(true);
+    omp_set_num_threads(2);
+    std::vector<model::synth_shape> shapes(4, model::synth_shape{256, 2, 4, 2, 512, 300, 2048, true});
+    shapes[0].arch = "qwen2";
+    shapes[0].rope_scale = {.type = model::rope_scaling_type::yarn, .factor = 4.0, .orig_ctx = 512};
+    shapes[1].arch = "qwen3";
+    shapes[1].head_dim = 128;
+    shapes[2].arch = "phi3";
+    shapes[3].rope_freq_base = 500000.0f;
+    shapes[3].rope_freqs = true;
+    for (const auto& shape : shapes) {
+        const testing::synthetic_model sm = testing::load_synthetic(shape, 8, gguf::tensor_type::q8_0);
+        ASSERT_NE(sm.model, nullptr) << shape.arch;
+        std::mt19937 rng(17);
+        const auto specs = random_specs(6, rng, 300);
+        const auto got = together(*sm.model, specs, rng);
+        for (size_t i = 0; i < specs.size(); ++i) {
+            const trace want = solo(*sm.model, specs[i]);
+            const std::string what = shape.arch + " sequence " + std::to_string(i) + ": " +
+                                     specs[i].sp.kv.to_string() + " " + kv::kv_type_name(specs[i].sp.kv_type);
+            EXPECT_EQ(mismatches(want.logits, got[i].logits), 0u) << what;
+            EXPECT_EQ(want.kept, got[i].kept) << what;
+        }
+    }
+    omp_set_num_threads(1);
+    core::set_force_parallel(forced);
+}
+
 INSTANTIATE_TEST_SUITE_P(Weights, Batching,
                          ::testing::Values(gguf::tensor_type::q8_0, gguf::tensor_type::q4_k),
                          [](const auto& p) { return std::string(gguf::tensor_type_name(p.param)); });

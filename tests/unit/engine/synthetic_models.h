@@ -23,7 +23,7 @@ struct synthetic_model {
 inline synthetic_model load_synthetic(const model::synth_shape& shape, uint64_t seed,
                                       gguf::tensor_type type = gguf::tensor_type::f32) {
     synthetic_model r;
-    auto bytes = model::synthesize_llama(shape, type, seed);
+    auto bytes = model::synthesize_model(shape, type, seed);
     EXPECT_TRUE(bytes.ok()) << bytes.error().to_string();
     if (!bytes.ok()) return r;
     r.bytes = std::move(bytes).value();

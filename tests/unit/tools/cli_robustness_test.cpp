@@ -122,7 +122,7 @@ const bytes& valid_model() {
         s.n_ff = 32;
         s.n_vocab = 260;
         s.n_ctx = 64;
-        auto r = model::synthesize_llama(s, gguf::tensor_type::f32, 7);
+        auto r = model::synthesize_model(s, gguf::tensor_type::f32, 7);
         EXPECT_TRUE(r.ok()) << r.error().message();
         return r.ok() ? *r : bytes{};
     }();

@@ -1,0 +1,171 @@
+// Loading every architecture of archs.def from synthetic files, and the loader's accounting: a tensor or an
+// `<arch>.` key that the architecture does not use, or a RoPE / expert setting it does not support, is
+// refused with its name (never skipped).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "h2okv/gguf/gguf.h"
+#include "h2okv/model/model.h"
+#include "h2okv/model/synth.h"
+
+namespace h2okv {
+namespace {
+
+model::synth_shape shape_of(const std::string& arch) {
+    model::synth_shape s{.n_embd = 128, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_ff = 256};
+    s.arch = arch;
+    if (arch == "qwen3") s.head_dim = 64;  // q wider than the residual, as Qwen3's
+    return s;
+}
+
+std::vector<std::byte> synth(const model::synth_shape& s) {
+    auto bytes = model::synthesize_model(s, gguf::tensor_type::f32, 1);
+    EXPECT_TRUE(bytes.ok()) << bytes.error().to_string();
+    return bytes.ok() ? *bytes : std::vector<std::byte>{};
+}
+
+result<std::unique_ptr<model::model>> load(const std::vector<std::byte>& bytes,
+                                           std::unique_ptr<gguf::file>* keep) {
+    H2OKV_ASSIGN_OR_RETURN(*keep, gguf::file::parse(bytes.data(), bytes.size()));
+    return model::model::load(**keep);
+}
+
+// The file of `bytes` written again with one more key and/or tensor (f32 values).
+std::vector<std::byte> with_extra(const std::vector<std::byte>& bytes, const std::string& key,
+                                  const gguf::value* v, const std::string& tensor = "", int64_t n = 0) {
+    auto f = gguf::file::parse(bytes.data(), bytes.size());
+    EXPECT_TRUE(f.ok());
+    gguf::writer w;
+    for (const std::string& k : (*f)->keys()) w.set(k, *(*f)->find(k));
+    if (v != nullptr) w.set(key, *v);
+    for (const auto& t : (*f)->tensors()) {
+        EXPECT_TRUE(w.add_tensor(t.name, t.type, t.dims,
+                                 std::vector<std::byte>(t.data, t.data + static_cast<size_t>(t.n_bytes())))
+                        .ok());
+    }
+    if (!tensor.empty()) {
+        EXPECT_TRUE(w.add_tensor(tensor, gguf::tensor_type::f32, {n},
+                                 std::vector<std::byte>(static_cast<size_t>(n) * sizeof(float)))
+                        .ok());
+    }
+    return w.to_bytes();
+}
+
+std::string refusal(const std::vector<std::byte>& bytes) {
+    std::unique_ptr<gguf::file> f;
+    auto m = load(bytes, &f);
+    EXPECT_FALSE(m.ok()) << "the file was accepted";
+    return m.ok() ? "" : m.error().message();
+}
+
+TEST(ArchLoad, EveryRegisteredArchitectureLoads) {
+    const auto names = model::architecture_names();
+    for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3"}) {
+        SCOPED_TRACE(arch);
+        EXPECT_NE(std::find(names.begin(), names.end(), arch), names.end());
+        const model::synth_shape s = shape_of(arch);
+        std::unique_ptr<gguf::file> f;
+        auto m = load(synth(s), &f);
+        ASSERT_TRUE(m.ok()) << m.error().to_string();
+        const model::hparams& hp = (*m)->params();
+        EXPECT_EQ(hp.arch, arch);
+        EXPECT_EQ(hp.head_dim, s.head_dim != 0 ? s.head_dim : s.n_embd / s.n_head);
+        EXPECT_EQ(hp.rope(0).pairing,
+                  arch == "llama" ? kernels::rope_pairing::normal : kernels::rope_pairing::neox);
+        EXPECT_EQ(hp.rope(1).inv_freq.size(), static_cast<size_t>(hp.rope_dim / 2));
+    }
+}
+
+TEST(ArchLoad, UnusedTensorIsRefusedByName) {
+    // Qwen3's q/k norms under the llama architecture (both names 5 bytes: relabel every key and the value).
+    auto bytes = synth(shape_of("qwen3"));
+    const std::string from = "qwen3", to = "llama";
+    for (auto it = bytes.begin();
+         (it = std::search(it, bytes.end(), reinterpret_cast<const std::byte*>(from.data()),
+                           reinterpret_cast<const std::byte*>(from.data() + from.size()))) != bytes.end();)
+        std::memcpy(&*it, to.data(), to.size());
+    const std::string msg = refusal(bytes);
+    EXPECT_NE(msg.find("tensor 'blk.0.attn_q_norm.weight'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not used by h2okv's llama architecture"), std::string::npos) << msg;
+
+    // An attention-output bias (llama.cpp's llama has an optional one; h2okv does not apply it).
+    const std::string bias =
+        refusal(with_extra(synth(shape_of("llama")), "", nullptr, "blk.1.attn_output.bias", 128));
+    EXPECT_NE(bias.find("'blk.1.attn_output.bias'"), std::string::npos) << bias;
+    // Llama 3.1's frequency factors belong to llama alone (llama.cpp's qwen2 never applies them).
+    const std::string freqs =
+        refusal(with_extra(synth(shape_of("qwen2")), "", nullptr, "rope_freqs.weight", 16));
+    EXPECT_NE(freqs.find("'rope_freqs.weight'"), std::string::npos) << freqs;
+}
+
+TEST(ArchLoad, UnsupportedMetadataIsRefusedByName) {
+    const auto llama = synth(shape_of("llama"));
+    const gguf::value experts = gguf::value::make_uint(gguf::value_type::u32, 8);
+    std::string msg = refusal(with_extra(llama, "llama.expert_count", &experts));
+    EXPECT_NE(msg.find("llama.expert_count is 8"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mixture-of-experts"), std::string::npos) << msg;
+
+    const gguf::value longrope = gguf::value::make_string("longrope");
+    msg = refusal(with_extra(llama, "llama.rope.scaling.type", &longrope));
+    EXPECT_NE(msg.find("llama.rope.scaling.type is 'longrope'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expected none, linear or yarn"), std::string::npos) << msg;
+
+    // A window h2okv's llama would not apply, and a yarn variant it does not implement.
+    const gguf::value window = gguf::value::make_uint(gguf::value_type::u32, 4096);
+    msg = refusal(with_extra(llama, "llama.attention.sliding_window", &window));
+    EXPECT_NE(msg.find("'llama.attention.sliding_window'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("refusing the file rather than ignoring it"), std::string::npos) << msg;
+    const gguf::value log_mul = gguf::value::make_float(gguf::value_type::f32, 0.1);
+    msg = refusal(with_extra(llama, "llama.rope.scaling.yarn_log_multiplier", &log_mul));
+    EXPECT_NE(msg.find("'llama.rope.scaling.yarn_log_multiplier'"), std::string::npos) << msg;
+
+    model::synth_shape yarn = shape_of("qwen2");
+    yarn.rope_scale = {.type = model::rope_scaling_type::yarn, .factor = 4.0, .orig_ctx = 4096};
+    const gguf::value beta = gguf::value::make_float(gguf::value_type::f32, 16.0);
+    msg = refusal(with_extra(synth(yarn), "qwen2.rope.scaling.yarn_beta_fast", &beta));
+    EXPECT_NE(msg.find("qwen2.rope.scaling.yarn_beta_fast is 16"), std::string::npos) << msg;
+}
+
+// What does not change the math is accepted: the key llama.cpp itself ignores for Phi-3, and a llama.cpp
+// default written out.
+TEST(ArchLoad, KeysThatLeaveTheMathAloneAreAccepted) {
+    const gguf::value window = gguf::value::make_uint(gguf::value_type::u32, 2047);
+    std::unique_ptr<gguf::file> f;
+    auto m = load(with_extra(synth(shape_of("phi3")), "phi3.attention.sliding_window", &window), &f);
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+    const gguf::value finetuned = gguf::value::make_bool(true);
+    m = load(with_extra(synth(shape_of("qwen3")), "qwen3.rope.scaling.finetuned", &finetuned), &f);
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+}
+
+TEST(ArchLoad, RopeScalingReachesTheLayerSpecs) {
+    model::synth_shape s = shape_of("qwen2");
+    s.rope_scale = {.type = model::rope_scaling_type::yarn, .factor = 4.0, .orig_ctx = 4096};
+    std::unique_ptr<gguf::file> f;
+    auto m = load(synth(s), &f);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    const model::hparams& hp = (*m)->params();
+    const kernels::rope_spec want =
+        model::make_rope_spec(hp.rope_dim, hp.rope_freq_base, kernels::rope_pairing::neox, {}, s.rope_scale);
+    EXPECT_EQ(hp.rope(0).inv_freq, want.inv_freq);
+    EXPECT_EQ(hp.rope(0).magnitude, want.magnitude);
+    EXPECT_GT(hp.rope(0).magnitude, 1.0);
+
+    model::synth_shape l3 = shape_of("llama");
+    l3.rope_freq_base = 500000.0f;
+    l3.rope_freqs = true;
+    auto m3 = load(synth(l3), &f);
+    ASSERT_TRUE(m3.ok()) << m3.error().to_string();
+    const kernels::rope_spec plain =
+        kernels::rope_spec::plain((*m3)->params().rope_dim, 500000.0f, kernels::rope_pairing::normal);
+    const auto& got = (*m3)->params().rope(0).inv_freq;
+    EXPECT_EQ(got.front(), plain.inv_freq.front()) << "the fastest pair keeps its frequency";
+    EXPECT_DOUBLE_EQ(got.back(), plain.inv_freq.back() / 8.0) << "the slowest pair is stretched 8 times";
+}
+
+}  // namespace
+}  // namespace h2okv
