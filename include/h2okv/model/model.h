@@ -1,7 +1,7 @@
 // A decoder-only transformer loaded from a GGUF file: hyper-parameters, weights (views into the mapped file)
 // and the forward pass. The forward pass knows nothing about caches: for each layer it hands the chunk's
-// post-RoPE queries, keys and values to an `attention_backend` (the KV cache, see h2okv/kv/kv_cache.h) and
-// continues with the attention output it gets back.
+// post-RoPE queries, keys and values (rotated at the batch's positions) to an `attention_backend` (the KV
+// cache, see h2okv/kv/kv_cache.h) and continues with the attention output it gets back.
 //
 //   H2OKV_ASSIGN_OR_RETURN(auto file, gguf::file::open(path));
 //   H2OKV_ASSIGN_OR_RETURN(auto m, model::load(*file));     // the file must outlive the model
@@ -20,6 +20,23 @@
 
 namespace h2okv::model {
 
+// How a model rotates q and k (RoPE): the one description an attention backend needs to turn a cached key
+// to another position (rolling positions, h2okv/kv/kv_cache.h). Rotations compose: turning a key rotated at
+// position p by a delta d gives the key rotated at p + d, up to float rounding.
+struct rope_spec {
+    int dim = 0;  // leading dims of each head that are rotated (even)
+    float freq_base = 10000.0f;
+    kernels::rope_pairing pairing = kernels::rope_pairing::normal;
+
+    // The rotation by `delta` positions (any sign) in the form turn() reads: turn_table, [2 * dim] floats
+    // (per rotated dim e its cosine, then per e the signed sine its pair partner is multiplied by), from
+    // kernels::rope_rotation's angles.
+    void rotation(int64_t delta, float* turn_table) const;
+    // Rotates one head's vector x ([dim] leading floats of it) in place by a rotation() table: the result of
+    // kernels::rope_apply with the same angles, in a loop the compiler vectorises.
+    void turn(float* x, const float* turn_table) const;
+};
+
 struct hparams {
     std::string arch;
     int64_t n_vocab = 0;
@@ -37,6 +54,7 @@ struct hparams {
     bool tied_output = false;
 
     int gqa_group() const { return n_head / n_kv_head; }
+    rope_spec rope() const { return {rope_dim, rope_freq_base, rope_pairing}; }
     // Checks internal consistency; the error names the values.
     status validate() const;
     std::string to_string() const;
