@@ -76,6 +76,7 @@ std::vector<sequence_spec> random_specs(int n, std::mt19937& rng) {
         if (s.p.name == "streaming") s.p.sinks = 2;
         if (s.p.name == "h2o" && rng() % 2 == 0) s.p.decay = 0.9;
         s.type = types[rng() % 3];
+        if (rng() % 2 == 0) s.p.positions = policy::position_mode::rolling;
         specs.push_back(s);
     }
     return specs;
