@@ -10,6 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_eval import POLICY_ORDER, label, load, plot_accuracy, plot_kept_map, plot_perplexity  # noqa: E402
+from gen_rolling import rolling_section  # noqa: E402
 
 
 def ppl_section(name, rows, img_dir, lines):
@@ -472,6 +473,7 @@ def main():
             lines += intro
         for path in paths:
             render(os.path.basename(path)[len(prefix) + 1:-len(".jsonl")], load(path))
+    rolling_section(res, img_dir, lines)
     traces = sorted(glob.glob(os.path.join(res, "*.trace.jsonl")))
     if traces:
         trace_section(traces[0], img_dir, lines)
