@@ -32,11 +32,12 @@ def curves_section(name, rows, img_dir, lines):
     budgets = sorted({r["budget"] for r in rows if r["policy_name"] != "full"})
     lines.append(f"### {model} on {text}: perplexity per window of {w} positions ({n} tokens)\n")
     full = [r for r in rows if r["policy_name"] == "full"]
-    lines.append("| policy | " + " | ".join(f"budget {b}: original → rolling" for b in budgets) + " |")
-    lines.append("|---|" + "---|" * len(budgets))
     if full:
-        lines.append(f"| full (all {n} positions) | " + " | ".join(f"{full[0]['perplexity']:.3f}" for _ in budgets)
-                     + " |")
+        lines.append(f"The full cache over all {n} positions (`-c {n}`; past the trained context it has nothing to "
+                     f"fall back on): perplexity {full[0]['perplexity']:.3f}. Each cell below: the whole run's "
+                     "perplexity with original → **rolling** positions.\n")
+    lines.append("| policy | " + " | ".join(f"budget {b}" for b in budgets) + " |")
+    lines.append("|---|" + "---|" * len(budgets))
     by = {}
     for r in rows:
         if r["policy_name"] != "full":

@@ -194,10 +194,17 @@ void kv_cache::roll_keys(int layer, int g, int n_chunk) {
     const auto rolling = policy_->slot_rolling_positions(u);
     const int32_t* adm = &admitted_[static_cast<size_t>(u) * cap];
     const model::rope_spec rope = hp_.rope();
-    for (int j = 0; j < n_kept + n_chunk; ++j) {
+    const int n = n_kept + n_chunk;
+    // Rows to convert: those attended, or in one call every row up to the highest attended when they are at
+    // least half of them (decode: nearly all slots are held).
+    int32_t high = n_kept > 0 ? slots[static_cast<size_t>(n_kept - 1)] : 0;  // kept slots ascend
+    for (int j = n_kept; j < n; ++j) high = std::max(high, slots[static_cast<size_t>(j)]);
+    const bool dense = 2 * static_cast<int64_t>(n) > high;
+    if (dense) kernels::dequantize_row(sk.type, sk.data, (int64_t{high} + 1) * hp_.head_dim, k);
+    for (int j = 0; j < n; ++j) {
         const auto slot = static_cast<size_t>(slots[static_cast<size_t>(j)]);
         float* row = k + slot * hd;
-        kernels::dequantize_row(sk.type, sk.data + slot * sk.row_bytes, hp_.head_dim, row);
+        if (!dense) kernels::dequantize_row(sk.type, sk.data + slot * sk.row_bytes, hp_.head_dim, row);
         // A chunk token is attended at its admission position; a kept one has dropped by d >= 0 since.
         const int32_t d = j < n_kept ? adm[slot] - rolling[slot] : 0;
         if (d != 0) rope.turn(row, &turns_[static_cast<size_t>(d) * 2 * rd]);

@@ -1,6 +1,5 @@
 #include "h2okv/model/model.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "model/arch/archs.h"
@@ -19,29 +18,6 @@ void rope_spec::rotation(int64_t delta, float* turn_table) const {
         turn_table[a] = turn_table[b] = cs[static_cast<size_t>(2 * i)];
         turn_table[dim + a] = -cs[static_cast<size_t>(2 * i + 1)];
         turn_table[dim + b] = cs[static_cast<size_t>(2 * i + 1)];
-    }
-}
-
-void rope_spec::turn(float* x, const float* turn_table) const {
-    constexpr int k_block = 64;
-    float partner[k_block];
-    const int half = dim / 2;
-    const bool normal = pairing == kernels::rope_pairing::normal;
-    // Blocks of whole pairs: adjacent dims (normal), or dims i and i + half taken as two blocks (neox).
-    for (int e0 = 0; e0 < (normal ? dim : half); e0 += k_block) {
-        const int n = std::min(k_block, (normal ? dim : half) - e0);
-        if (normal) {
-            for (int e = 0; e < n; ++e) partner[e] = x[e0 + (e ^ 1)];
-            for (int e = 0; e < n; ++e)
-                x[e0 + e] = x[e0 + e] * turn_table[e0 + e] + partner[e] * turn_table[dim + e0 + e];
-        } else {
-            float* lo = x + e0;
-            float* hi = x + e0 + half;
-            for (int e = 0; e < n; ++e) partner[e] = lo[e];
-            for (int e = 0; e < n; ++e) lo[e] = lo[e] * turn_table[e0 + e] + hi[e] * turn_table[dim + e0 + e];
-            for (int e = 0; e < n; ++e)
-                hi[e] = hi[e] * turn_table[half + e0 + e] + partner[e] * turn_table[dim + half + e0 + e];
-        }
     }
 }
 
