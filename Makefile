@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps demo test test-debug release results speed throughput cli-doc format clean
+.PHONY: all deps demo test test-debug release results speed throughput rolling cli-doc format clean
 
 all: release
 
@@ -31,6 +31,7 @@ test-debug: deps
 # Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 15 minutes on 2 cores).
 results: release
 	bash scripts/run_results.sh results
+	bash scripts/run_rolling.sh results
 	bash scripts/run_speed.sh results
 	bash scripts/run_throughput.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
@@ -43,6 +44,12 @@ speed: release
 # Re-measures only the throughput section (many sequences, equal KV memory; about 15 minutes).
 throughput: release
 	bash scripts/run_throughput.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the rolling-positions section (perplexity past the trained context, a 1M-token stream;
+# about 25 minutes).
+rolling: release
+	bash scripts/run_rolling.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.

@@ -37,12 +37,12 @@ status forward_pass::run(std::span<const step_part> parts) {
         if (p.logits != model::logits_mode::none && p.out == nullptr) {
             return invalid_argument("forward pass: part {} wants logits but gives no output", i);
         }
-        const int64_t first = p.s->n_past();
+        const kv::kv_cache& cache = p.s->cache();
         caches_.push_back(&p.s->cache());
         counts_.push_back(static_cast<int>(p.tokens.size()));
         for (size_t t = 0; t < p.tokens.size(); ++t) {
             tokens_.push_back(p.tokens[t]);
-            positions_.push_back(first + static_cast<int64_t>(t));
+            positions_.push_back(cache.position_of(cache.chunk_done() + static_cast<int>(t)));
             const bool want = p.logits == model::logits_mode::all ||
                               (p.logits == model::logits_mode::last && t + 1 == p.tokens.size());
             output_.push_back(want ? 1 : 0);

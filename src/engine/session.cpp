@@ -26,7 +26,8 @@ result<setup> resolve(const model::model& m, const session_params& p, int64_t ru
     if (p.kv.name == "full" && run_length > n_ctx) {
         return invalid_argument(
             "the run needs {} tokens but the context holds {} under the `full` policy; shorten the prompt or "
-            "-n, raise -c, or use an evicting policy (which streams past the context)",
+            "-n, raise -c, or use an evicting policy with --kv-positions rolling (its positions stay below "
+            "the budget plus the prefill chunk however long the run)",
             run_length, n_ctx);
     }
     return setup{n_ctx, static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length))};
@@ -34,12 +35,42 @@ result<setup> resolve(const model::model& m, const session_params& p, int64_t ru
 
 }  // namespace
 
-// `full` holds the whole run (checked to fit the context); evicting policies stream past the context, so
-// the positions of either are bounded by the run.
+// `full` holds the whole run (checked to fit the context); an evicting policy's cache is bounded by its
+// budget however long the run, so its slot tables are sized by the budget and its positions by the run.
 result<kv::cache_footprint> session::plan(const model::model& m, const session_params& p,
                                           int64_t run_length) {
     H2OKV_ASSIGN_OR_RETURN(const setup su, resolve(m, p, run_length));
     return kv::kv_cache::plan(m.params(), p.kv, su.chunk, run_length, run_length, p.kv_type);
+}
+
+result<std::string> session::position_warning(const model::model& m, const session_params& p,
+                                              int64_t run_length) {
+    H2OKV_ASSIGN_OR_RETURN(const kv::cache_footprint fp, plan(m, p, run_length));
+    const int64_t trained = m.params().n_ctx_train;
+    if (fp.rolling) {
+        const int64_t highest = std::min(fp.capacity, run_length);
+        if (highest <= trained) return std::string();
+        return fmt::format(
+            "rolling positions reach {} (the budget plus the prefill chunk), past the model's trained "
+            "context "
+            "of {} tokens ({}.context_length): the newest queries see distances the model was not trained "
+            "on; lower the budget or --kv-prefill-chunk",
+            highest - 1, trained, m.params().arch);
+    }
+    if (run_length <= trained) return std::string();
+    if (p.kv.name == "full") {
+        return fmt::format(
+            "the run is {} tokens, past the model's trained context of {} ({}.context_length): positions "
+            "beyond it are outside what the model was trained on and quality usually collapses; an evicting "
+            "policy with --kv-positions rolling keeps every position below its budget",
+            run_length, trained, m.params().arch);
+    }
+    return fmt::format(
+        "the run is {} tokens, past the model's trained context of {} ({}.context_length): with original "
+        "positions the tokens the cache keeps (sinks, heavy hitters) end up further from the query than the "
+        "model was trained on, and quality drops once the run passes {} tokens; --kv-positions rolling "
+        "renumbers the kept tokens 0..k-1 so positions stay below the budget",
+        run_length, trained, m.params().arch, trained);
 }
 
 result<std::unique_ptr<session>> session::create(model::model& m, const session_params& p,

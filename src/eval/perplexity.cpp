@@ -15,12 +15,14 @@ double token_nll(std::span<const float> logits, int32_t target) {
 }
 
 result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> tokens,
-                                     engine::session_params sp, int chunk, const progress_fn& progress) {
+                                     engine::session_params sp, int chunk, const progress_fn& progress,
+                                     int window) {
     if (tokens.size() < 2) {
         return invalid_argument("perplexity needs at least 2 tokens (BOS and one to predict), got {}",
                                 tokens.size());
     }
     if (chunk < 1) return invalid_argument("perplexity chunk {} must be >= 1", chunk);
+    if (window < 0) return invalid_argument("perplexity NLL window {} must be >= 0 (0: none)", window);
     sp.prefill_chunk = chunk;
     const auto n = static_cast<int64_t>(tokens.size());
     H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(m, sp, n));
@@ -28,6 +30,9 @@ result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> t
     const auto start = std::chrono::steady_clock::now();
     std::vector<float> logits;
     double nll = 0.0;
+    perplexity_result r;
+    double window_sum = 0.0;
+    int64_t window_n = 0;
     for (int64_t off = 0; off < n; off += chunk) {
         const int64_t len = std::min<int64_t>(chunk, n - off);
         auto piece = tokens.subspan(static_cast<size_t>(off), static_cast<size_t>(len));
@@ -35,13 +40,21 @@ result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> t
         for (int64_t i = 0; i < len; ++i) {
             const int64_t target = off + i + 1;
             if (target >= n) break;
-            nll +=
+            const double x =
                 token_nll(std::span<const float>(logits).subspan(static_cast<size_t>(i) * n_vocab, n_vocab),
                           tokens[static_cast<size_t>(target)]);
+            nll += x;
+            if (window > 0) {
+                window_sum += x;
+                if (++window_n == window || target == n - 1) {
+                    r.window_nll.push_back(window_sum / static_cast<double>(window_n));
+                    window_sum = 0.0;
+                    window_n = 0;
+                }
+            }
         }
         if (progress) progress(off + len, n);
     }
-    perplexity_result r;
     r.n_tokens = n;
     r.n_predicted = n - 1;
     r.mean_nll = nll / static_cast<double>(n - 1);

@@ -94,6 +94,7 @@ status attention_runner::attend(int layer, int n_tok, const float* q, const floa
             n_tok_, hp_.n_layer);
     }
     store_kv(layer, k, v);
+    roll_keys(layer);
     return path_ == path::reference ? attend_reference(layer, q, out) : attend_parallel(layer, q, out);
 }
 
@@ -108,6 +109,26 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
             const size_t off = static_cast<size_t>(qu.token) * kv_stride + static_cast<size_t>(g) * hd;
             c.store_.write(layer, g, slot, k + off, v + off);
         }
+    }
+}
+
+void attention_runner::roll_keys(int layer) {
+    roll_items_.clear();
+    int64_t work = 0;
+    for (int s = 0; s < static_cast<int>(segs_.size()); ++s) {
+        const kv_cache& c = *segs_[static_cast<size_t>(s)].cache;
+        if (!c.rolling()) continue;
+        for (int g = 0; g < hp_.n_kv_head; ++g) {
+            roll_items_.emplace_back(s, g);
+            work += int64_t{c.n_kept_[static_cast<size_t>(c.policy_->unit_of(layer, g))]} * hp_.head_dim;
+        }
+    }
+    const int n = static_cast<int>(roll_items_.size());
+    const bool fork = n > 1 && core::should_fork(core::parallel_site::attention, work, k_attend_min_work);
+#pragma omp parallel for schedule(static, 1) if (fork)
+    for (int i = 0; i < n; ++i) {
+        const segment& sg = segs_[static_cast<size_t>(roll_items_[static_cast<size_t>(i)].first)];
+        sg.cache->roll_keys(layer, roll_items_[static_cast<size_t>(i)].second, sg.cache->chunk_done() + sg.n);
     }
 }
 
@@ -177,7 +198,7 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const size_t qo =
                 static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(g * group + p * per_part) * hd;
             double* row = fused_[static_cast<size_t>(qi - q0)] ? c.row(u) : nullptr;
-            kernels::attend(q + qo, per_part, c.store_.k(layer, g), c.store_.v(layer, g), hd,
+            kernels::attend(q + qo, per_part, c.keys(layer, g), c.store_.v(layer, g), hd,
                             c.attended_[static_cast<size_t>(u)].data(), n, scale, out + qo, w,
                             static_cast<size_t>(n), row);
         }
@@ -338,7 +359,7 @@ status attention_runner::attend_reference(int layer, const float* q, float* out)
                 const size_t qo = static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(h) * hd;
                 float* w =
                     weights_.data() + w_off_[static_cast<size_t>(g)] + static_cast<size_t>(h - g * group) * n;
-                kernels::attend(q + qo, 1, c.store_.k(layer, g), c.store_.v(layer, g), hd, slots, n, scale,
+                kernels::attend(q + qo, 1, c.keys(layer, g), c.store_.v(layer, g), hd, slots, n, scale,
                                 out + qo, w, static_cast<size_t>(n), nullptr);
                 if (!sg.scores) continue;
                 double* row = c.row(u);

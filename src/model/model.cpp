@@ -1,5 +1,7 @@
 #include "h2okv/model/model.h"
 
+#include <vector>
+
 #include "model/arch/archs.h"
 
 namespace h2okv::model {

@@ -46,8 +46,9 @@ void reset_table(unit_table& t) {
     t.lowest_hint = -1;
 }
 
-void allocate_table(unit_table& t, int32_t capacity, int max_chunk) {
+void allocate_table(unit_table& t, int32_t capacity, int max_chunk, bool rolling) {
     t.pos.resize(capacity);
+    if (rolling) t.rolling.assign(capacity, 0);
     t.score.resize(capacity);
     t.kept.resize(capacity);
     t.free_heap.reserve(capacity);
@@ -81,6 +82,21 @@ void release(unit_table& t, int32_t slot) {
     ++t.evictions;
 }
 
+// After an eviction, each survivor's rolling position drops by the number of victims older than it (their
+// ranks were below its own), which keeps the kept positions at 0..n_kept-1 in position order. O(n_kept).
+void renumber(unit_table& t) {
+    if (t.n_victims == 0) return;
+    const int64_t* vb = t.victim_pos.data();
+    const int64_t* ve = vb + t.n_victims;
+    for (int32_t k = 0; k < t.n_kept; ++k) {
+        const int32_t slot = t.kept[k];
+        const int64_t p = t.pos[slot];
+        const auto older = t.n_victims == 1 ? static_cast<int32_t>(*vb < p)
+                                            : static_cast<int32_t>(std::lower_bound(vb, ve, p) - vb);
+        t.rolling[slot] -= older;
+    }
+}
+
 }  // namespace
 
 kv_policy::kv_policy(resolved_params config, layout l)
@@ -106,12 +122,14 @@ result<footprint> kv_policy::measure() const {
     }
     f.capacity = capacity;
     f.needs_attention = needs_attention();
+    f.positions = config_.positions;
     // A decision that reads no attention cannot differ between units: they share one table.
     f.n_tables = f.needs_attention ? f.n_units : 1;
-    // allocate_table's vectors: pos, score, kept, free_heap per slot; chunk, victim_slot, victim_pos per
-    // chunk token; and the shared scratch.
+    // allocate_table's vectors: pos, score, kept, free_heap (and rolling) per slot; chunk, victim_slot,
+    // victim_pos per chunk token; and the shared scratch.
     const int64_t chunk = std::min<int64_t>(layout_.max_chunk, capacity);
-    const int64_t per_table = capacity * (8 + 8 + 4 + 4) + chunk * (4 + 4 + 8);
+    const int64_t rolling = config_.positions == position_mode::rolling ? 4 : 0;
+    const int64_t per_table = capacity * (8 + 8 + 4 + 4 + rolling) + chunk * (4 + 4 + 8);
     f.table_bytes = per_table * f.n_tables + capacity * 4;
     return f;
 }
@@ -131,7 +149,8 @@ status kv_policy::init() {
             t.scratch = st.scratch.data();
             // A chunk never holds more tokens than there are slots.
             allocate_table(t, st.capacity,
-                           static_cast<int>(std::min<int64_t>(layout_.max_chunk, st.capacity)));
+                           static_cast<int>(std::min<int64_t>(layout_.max_chunk, st.capacity)),
+                           config_.positions == position_mode::rolling);
             t.scores_all_zero = !st.reads_attention;
         }
     } catch (const std::bad_alloc&) {
@@ -212,6 +231,7 @@ status kv_policy::begin_chunk(int64_t first, int n) {
             t.score[slot] = 0.0;
             t.chunk[i] = slot;
             t.high_water = std::max(t.high_water, slot + 1);
+            if (!t.rolling.empty()) t.rolling[slot] = t.n_kept + i;
         }
         t.n_chunk = n;
         const int64_t over = config_.budget > 0 ? t.n_kept + n - config_.budget : 0;
@@ -272,6 +292,7 @@ status kv_policy::end_chunk() {
         }
         while (t.high_water > 0 && t.pos[t.high_water - 1] < 0) --t.high_water;
         t.lowest_hint = -1;
+        if (!t.rolling.empty()) renumber(t);
     }
     st.next = st.chunk_first + st.chunk_n;
     st.in_chunk = false;
@@ -286,6 +307,10 @@ std::span<const int64_t> kv_policy::victims(int unit) const {
 std::span<const int32_t> kv_policy::victim_slots(int unit) const {
     const auto& t = table(unit);
     return {t.victim_slot.data(), static_cast<size_t>(t.n_victims)};
+}
+
+std::span<const int32_t> kv_policy::slot_rolling_positions(int unit) const {
+    return table(unit).rolling;
 }
 
 int64_t kv_policy::next_position() const {

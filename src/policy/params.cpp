@@ -15,7 +15,7 @@
 namespace h2okv::policy {
 namespace {
 
-constexpr const char* k_param_names = "budget, recent, sinks, decay, granularity";
+constexpr const char* k_param_names = "budget, recent, sinks, decay, granularity, positions";
 
 std::string_view trim(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -56,6 +56,17 @@ result<granularity> parse_granularity(std::string_view s) {
         if (s == granularity_name(g)) return g;
     }
     return invalid_argument("unknown granularity '{}'; valid: head, layer, model", s);
+}
+
+const char* position_mode_name(position_mode m) {
+    return m == position_mode::rolling ? "rolling" : "original";
+}
+
+result<position_mode> parse_position_mode(std::string_view s) {
+    for (position_mode m : {position_mode::original, position_mode::rolling}) {
+        if (s == position_mode_name(m)) return m;
+    }
+    return invalid_argument("unknown position mode '{}'; valid: original, rolling", s);
 }
 
 result<budget_spec> budget_spec::parse(std::string_view text) {
@@ -149,6 +160,10 @@ result<params> params::parse(std::string_view spec) {
             auto g = parse_granularity(value);
             if (!g.ok()) return fail(g.error());
             p.gran = *g;
+        } else if (key == "positions") {
+            auto m = parse_position_mode(value);
+            if (!m.ok()) return fail(m.error());
+            p.positions = *m;
         } else {
             return fail(invalid_argument("unknown parameter '{}'; valid: {}", key, k_param_names));
         }
@@ -165,6 +180,7 @@ std::string params::to_string() const {
     if (sinks) items.push_back(fmt::format("sinks={}", *sinks));
     if (decay) items.push_back(fmt::format("decay={}", *decay));
     if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
+    if (positions != position_mode::original) items.emplace_back("positions=rolling");
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }
@@ -178,6 +194,7 @@ std::string resolved_params::to_string() const {
         if (decay != 1.0) items.push_back(fmt::format("decay={}", decay));
     }
     if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
+    if (positions != position_mode::original) items.emplace_back("positions=rolling");
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }

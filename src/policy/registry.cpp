@@ -87,6 +87,8 @@ result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout
     H2OKV_ASSIGN_OR_RETURN(resolved_params config, entry->resolve(p, run_length));
     config.name = entry->name;
     config.gran = p.gran;
+    // Nothing moves in a cache that never evicts: its ranks are its positions.
+    config.positions = config.budget > 0 ? p.positions : position_mode::original;
     try {
         return entry->make(config, l);
     } catch (const std::bad_alloc&) {

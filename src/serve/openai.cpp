@@ -150,15 +150,15 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     if (!kvp->is_object())
         return bad("kv_cache", fmt::format("kv_cache must be an object, got {}", shown(*kvp)));
     const json& kv = *kvp;
-    static constexpr const char* k_keys[] = {"policy", "budget",      "recent", "sinks",
-                                             "decay",  "granularity", "type"};
+    static constexpr const char* k_keys[] = {"policy", "budget",      "recent",    "sinks",
+                                             "decay",  "granularity", "positions", "type"};
     for (const auto& [key, value] : kv.items()) {
         bool known = false;
         for (const char* k : k_keys) known = known || key == k;
         if (!known) {
             return bad("kv_cache." + key,
                        fmt::format("kv_cache has no field '{}'; valid: policy, budget, recent, sinks, decay, "
-                                   "granularity, type",
+                                   "granularity, positions, type",
                                    key));
         }
     }
@@ -198,6 +198,13 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
         auto g = policy::parse_granularity(*gran);
         if (!g.ok()) return bad("kv_cache.granularity", g.error().message(), "invalid_kv_cache");
         p.gran = *g;
+    }
+    std::optional<std::string> positions;
+    if (auto e = read_string(kv, "positions", "kv_cache.positions", positions)) return e;
+    if (positions) {
+        auto m = policy::parse_position_mode(*positions);
+        if (!m.ok()) return bad("kv_cache.positions", m.error().message(), "invalid_kv_cache");
+        p.positions = *m;
     }
     if (auto e = read_string(kv, "type", "kv_cache.type", type)) return e;
     if (type) {
@@ -434,7 +441,7 @@ opt_error parse_into(endpoint kind, const json& body, const api_context& ctx, ap
             return bad(
                 tokens_field,
                 fmt::format("the prompt's {} tokens fill the context of {}; give {} (an evicting kv_cache "
-                            "policy streams past the context)",
+                            "policy with \"positions\": \"rolling\" streams past the context)",
                             n_prompt, n_ctx, tokens_field),
                 "context_length_exceeded");
         }
@@ -446,7 +453,7 @@ opt_error parse_into(endpoint kind, const json& body, const api_context& ctx, ap
             tokens_field,
             fmt::format("the prompt ({} tokens) and {} ({}) need {} positions but the context holds {} under "
                         "the `full` kv_cache policy; shorten them, or pick an evicting kv_cache.policy "
-                        "(it streams past the context)",
+                        "with \"positions\": \"rolling\" (it streams past the context)",
                         n_prompt, tokens_field, *max_tokens, n_prompt + *max_tokens, n_ctx),
             "context_length_exceeded");
     }

@@ -87,6 +87,20 @@ TEST(policy_params, FullIgnoresEverything) {
     EXPECT_EQ(must_resolve("full").budget, 0);
 }
 
+TEST(policy_params, PositionModes) {
+    EXPECT_EQ(must_resolve("h2o:budget=8,positions=rolling").positions, policy::position_mode::rolling);
+    EXPECT_EQ(must_resolve("window:budget=8").positions, policy::position_mode::original);
+    EXPECT_EQ(must_resolve("h2o:budget=8,positions=rolling").to_string(),
+              "h2o:budget=8,recent=4,sinks=0,positions=rolling");
+    // Nothing moves in a cache that never evicts.
+    EXPECT_EQ(must_resolve("full:positions=rolling").positions, policy::position_mode::original);
+    auto bad = params::parse("h2o:budget=8,positions=cache");
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.error().message().find("unknown position mode 'cache'; valid: original, rolling"),
+              std::string::npos)
+        << bad.error().message();
+}
+
 TEST(policy_params, WindowDefaultsAndRules) {
     const resolved_params r = must_resolve("window:budget=64");
     EXPECT_EQ(r.budget, 64);
@@ -225,6 +239,7 @@ TEST(policy_params, SpecStringRoundTrips) {
         if (rng() % 2) p.sinks = static_cast<int64_t>(rng() % 10);
         if (rng() % 2) p.decay = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
         p.gran = static_cast<granularity>(rng() % 3);
+        if (rng() % 2) p.positions = policy::position_mode::rolling;
         const std::string text = p.to_string();
         auto back = params::parse(text);
         ASSERT_TRUE(back.ok()) << text << ": " << back.error().to_string();

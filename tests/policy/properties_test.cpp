@@ -3,6 +3,7 @@
 // determinism, reset(), the chunk protocol's errors, and rows having no effect where no attention is read.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <set>
@@ -99,6 +100,51 @@ TEST_P(properties, BudgetAndProtectionHoldOnLongRuns) {
             }
         }
     }
+}
+
+// Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): after every chunk each kept slot holds its
+// position's rank among the unit's kept positions; during a chunk, chunk token i holds n_kept + i.
+TEST_P(properties, RollingPositionsAreRanksInTheCache) {
+    if (GetParam() == "full") GTEST_SKIP() << "full ignores positions";
+    const layout l = gqa_layout(6, 400);
+    params p;
+    p.name = GetParam();
+    p.budget = policy::budget_spec::count(24);
+    p.positions = policy::position_mode::rolling;
+    auto created = kv_policy::create(p, l, 400);
+    ASSERT_TRUE(created.ok()) << created.error().to_string();
+    kv_policy& pol = **created;
+    std::mt19937 rng(3);
+    std::vector<double> row(static_cast<size_t>(pol.capacity()));
+    int64_t first = 0;
+    while (first < 400) {
+        const int n = static_cast<int>(std::min<int64_t>(1 + rng() % 6, 400 - first));
+        ASSERT_TRUE(pol.begin_chunk(first, n).ok());
+        for (int u = 0; u < pol.n_units(); ++u) {
+            const auto ranks = pol.slot_rolling_positions(u);
+            const auto chunk = pol.chunk_slots(u);
+            for (int i = 0; i < n; ++i)
+                EXPECT_EQ(ranks[static_cast<size_t>(chunk[static_cast<size_t>(i)])], pol.n_kept(u) + i);
+            for (int i = 0; i < n; ++i) {
+                for (double& x : row) x = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+                pol.add_row(u, i, row.data());
+            }
+        }
+        ASSERT_TRUE(pol.end_chunk().ok());
+        first += n;
+        for (int u = 0; u < pol.n_units(); ++u) {
+            const auto kept = pol.kept_positions(u);
+            const auto pos = pol.slot_positions(u);
+            const auto ranks = pol.slot_rolling_positions(u);
+            for (int32_t slot : pol.kept_slots(u)) {
+                const auto rank =
+                    std::lower_bound(kept.begin(), kept.end(), pos[static_cast<size_t>(slot)]) - kept.begin();
+                ASSERT_EQ(ranks[static_cast<size_t>(slot)], rank)
+                    << "unit " << u << " after position " << first;
+            }
+        }
+    }
+    EXPECT_GT(pol.total_evictions(), 0);
 }
 
 TEST_P(properties, BudgetCoveringTheRunEvictsNothing) {

@@ -97,6 +97,7 @@ std::string numpy_flags(const run_config& c) {
     if (p->recent) f += " --recent " + std::to_string(*p->recent);
     if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);
     if (p->decay) f += " --decay " + fmt::format("{}", *p->decay);
+    if (p->positions == policy::position_mode::rolling) f += " --positions rolling";
     if (!c.act_quant) f += " --no-act-quant";
     return f;
 }
@@ -227,6 +228,16 @@ const std::vector<run_config> kRuns = {
     {"tova:budget=9,granularity=model", 7},
     {"streaming:budget=10,sinks=2", 4},
     {"window:budget=8", 1},
+};
+
+// Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): every evicting policy, prefill chunks and decode,
+// the three granularities.
+const std::vector<run_config> kRollingRuns = {
+    {"window:budget=8,positions=rolling", 1},
+    {"streaming:budget=10,sinks=2,positions=rolling", 4},
+    {"h2o:budget=12,positions=rolling", 1},
+    {"h2o:budget=10,recent=3,sinks=1,decay=0.95,granularity=layer,positions=rolling", 5},
+    {"tova:budget=9,granularity=model,positions=rolling", 7},
 };
 
 TEST(EngineVsNumpy, BundledModel) {
@@ -390,6 +401,28 @@ TEST(EngineVsNumpy, RoundedKvTypes) {
     fs::remove_all(dir);
 }
 
+TEST(EngineVsNumpy, RollingPositions) {
+    const auto tokens = random_tokens(48, 512, 6);
+    for (const auto& r : kRollingRuns) compare(kSource + "/models/stories260K.gguf", tokens, r);
+    run_config f16 = kRollingRuns[2];
+    f16.kv_type = "f16";
+    compare(kSource + "/models/stories260K.gguf", tokens, f16);
+    // head_dim 64 with GQA 4 and q8_0 keys, turned by up to the whole budget.
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_synth_roll_{}", ::getpid());
+    fs::create_directories(dir);
+    auto bytes = model::synthesize_model({256, 2, 4, 1, 192, 300, 2048, true}, gguf::tensor_type::f32, 9);
+    ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
+    const std::string path = (dir / "hd64_gqa4.gguf").string();
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+    const auto synth_tokens = random_tokens(32, 300, 7);
+    compare(path, synth_tokens, kRollingRuns[3]);
+    run_config q8 = kRollingRuns[2];
+    q8.kv_type = "q8_0";
+    compare(path, synth_tokens, q8);
+    fs::remove_all(dir);
+}
+
 TEST(EngineVsNumpy, EvalModel5M) {
     const std::string path = std::string(H2OKV_SHARED_DIR) + "/models/h2o-eval-5M/h2o-eval-llama-5M.gguf";
     if (!fs::exists(path)) GTEST_SKIP() << "../shared's h2o-eval-5M model is absent: " << path;
@@ -397,6 +430,7 @@ TEST(EngineVsNumpy, EvalModel5M) {
     compare(path, tokens, {"full", 64});
     compare(path, tokens, {"h2o:budget=16,decay=0.98", 8});
     compare(path, tokens, {"tova:budget=12,granularity=layer", 1});
+    compare(path, tokens, {"h2o:budget=16,positions=rolling", 4});
 }
 
 }  // namespace

@@ -323,12 +323,14 @@ class Llama:
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, positions):
+    def rope(self, x, positions, magnitude=True):
         """x: [C][heads][head_dim]; rotates pairs (2i, 2i+1) of the first rope_dim dims ("normal" pairing), or
-        (i, i + rope_dim/2) for NeoX pairing, and scales them by the rope magnitude (YaRN; 1 otherwise)."""
+        (i, i + rope_dim/2) for NeoX pairing, and scales them by the rope magnitude (YaRN; 1 otherwise) unless
+        magnitude is False (turning a key already rotated, rolling positions)."""
         theta = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # [C][rope_dim/2]
-        c = self.rope_magnitude * np.cos(theta)[:, None, :]
-        s = self.rope_magnitude * np.sin(theta)[:, None, :]
+        mag = self.rope_magnitude if magnitude else 1.0
+        c = mag * np.cos(theta)[:, None, :]
+        s = mag * np.sin(theta)[:, None, :]
         x = x.copy()
         ia, ib = rope_pairs(self.rope_dim, self.neox)
         a = x[..., ia].copy()
@@ -465,6 +467,7 @@ def round_kv(x, kv_type):
 
 POLICIES = ("full", "window", "streaming", "h2o", "tova")
 GRANULARITIES = ("head", "layer", "model")
+POSITION_MODES = ("original", "rolling")
 
 
 class PolicyError(Exception):
@@ -539,8 +542,12 @@ class Run:
     """The state of one run: K/V at every position, and per eviction unit a kept set with float64 scores."""
 
     def __init__(self, model, n_total, policy="full", budget=None, recent=0, sinks=0, decay=1.0,
-                 granularity="head", kv_type="f32"):
+                 granularity="head", kv_type="f32", positions="original"):
         self.m = model
+        if positions not in POSITION_MODES:
+            raise PolicyError(f"unknown position mode '{positions}' (valid: {', '.join(POSITION_MODES)})")
+        # Nothing moves in a cache that never evicts: its ranks are its positions.
+        self.positions = "original" if policy == "full" else positions
         if kv_type not in KV_TYPES:
             raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
         if kv_type == "q8_0" and model.head_dim % 32:
@@ -556,6 +563,8 @@ class Run:
         self.v = np.zeros((L, n_total, H, hd))
         self.kept = np.zeros((self.n_units, n_total), dtype=bool)
         self.score = np.zeros((self.n_units, n_total))
+        # Rolling positions: per unit, the position each token's stored key was rotated at (its admission).
+        self.admitted = np.zeros((self.n_units, n_total), dtype=np.int64)
         self.n = 0  # positions processed
 
     def unit_of(self, layer, kv_head):
@@ -576,21 +585,26 @@ class Run:
         x = m.tok_embd[np.asarray(tokens)]
         for li, w in enumerate(m.layers):
             h = m.rmsnorm(x, w["attn_norm"])
-            q = m.head_norm(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), li, "attn_q_norm")
-            k = m.head_norm(m.linear(h, li, "attn_k").reshape(C, m.n_kv, m.head_dim), li, "attn_k_norm")
-            q, k = m.rope(q, pos), m.rope(k, pos)
+            q_raw = m.head_norm(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), li, "attn_q_norm")
+            k_raw = m.head_norm(m.linear(h, li, "attn_k").reshape(C, m.n_kv, m.head_dim), li, "attn_k_norm")
             v = m.linear(h, li, "attn_v").reshape(C, m.n_kv, m.head_dim)
-            self.k[li, c0:c1] = round_kv(k, self.kv_type)
-            self.v[li, c0:c1] = round_kv(v, self.kv_type)
-            K = self.k[li, :c1]  # [c1][n_kv][hd]
-            V = self.v[li, :c1]
-            qg = q.reshape(C, m.n_kv, m.group, m.head_dim)  # query head h reads KV head h // group
-            s = np.einsum("tkgd,pkd->kgtp", qg, K) * scale  # [n_kv][group][C][c1]
-            mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
-            s = np.where(mask[:, None], s, -np.inf)
-            s -= s.max(axis=-1, keepdims=True)
-            e = np.exp(s)
-            p = e / e.sum(axis=-1, keepdims=True)
+            if self.positions == "rolling":
+                p = self._attend_rolling(li, q_raw, k_raw, v, allowed, c0, c1, scale)
+                V = self.v[li, :c1]
+            else:
+                q = m.rope(q_raw, pos)
+                k = m.rope(k_raw, pos)
+                self.k[li, c0:c1] = round_kv(k, self.kv_type)
+                self.v[li, c0:c1] = round_kv(v, self.kv_type)
+                K = self.k[li, :c1]  # [c1][n_kv][hd]
+                V = self.v[li, :c1]
+                qg = q.reshape(C, m.n_kv, m.group, m.head_dim)  # query head h reads KV head h // group
+                s = np.einsum("tkgd,pkd->kgtp", qg, K) * scale  # [n_kv][group][C][c1]
+                mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
+                s = np.where(mask[:, None], s, -np.inf)
+                s -= s.max(axis=-1, keepdims=True)
+                e = np.exp(s)
+                p = e / e.sum(axis=-1, keepdims=True)
             o = np.einsum("kgtp,pkd->tkgd", p, V).reshape(C, m.n_head * m.head_dim)
             weights.append(p.reshape(m.n_head, C, c1))
             x = x + m.linear(o, li, "attn_output")
@@ -604,6 +618,34 @@ class Run:
         self.n = c1
         self._evict()
         return logits
+
+    def _attend_rolling(self, li, q_raw, k_raw, v, allowed, c0, c1, scale):
+        """Attention with rolling positions (docs/EVICTION_CONTRACT.md): per unit, the kept positions in
+        ascending order sit at 0..k-1 and the chunk's tokens at k, k+1, ...; a token's key is stored as rotated
+        at its admission position (then rounded to the KV type) and turned by (its position now - that one)
+        when attended. Stores the chunk's K/V; returns the softmax weights [n_kv][group][C][c1]."""
+        m = self.m
+        C = c1 - c0
+        p = np.zeros((m.n_kv, m.group, C, c1))
+        for kh in range(m.n_kv):
+            u = self.unit_of(li, kh)
+            kept = np.flatnonzero(self.kept[u, :c0])
+            base = len(kept)
+            here = base + np.arange(C)  # the chunk's rolling positions, queries and keys alike
+            self.admitted[u, c0:c1] = here
+            self.k[li, c0:c1, kh] = round_kv(m.rope(k_raw[:, kh:kh + 1], here)[:, 0], self.kv_type)
+            self.v[li, c0:c1, kh] = round_kv(v[:, kh], self.kv_type)
+            K = self.k[li, :c1, kh].copy()
+            if base:
+                turn = np.arange(base) - self.admitted[u, kept]
+                K[kept] = m.rope(self.k[li, kept, kh][:, None], turn, magnitude=False)[:, 0]
+            q = m.rope(q_raw[:, kh * m.group:(kh + 1) * m.group], here)  # [C][group][hd]
+            s = np.einsum("tgd,pd->gtp", q, K) * scale
+            s = np.where(allowed[u][None], s, -np.inf)
+            s -= s.max(axis=-1, keepdims=True)
+            e = np.exp(s)
+            p[kh] = e / e.sum(axis=-1, keepdims=True)
+        return p
 
     def _update_scores(self, weights, C, c0, c1):
         """SPEC 2-3: per query position t in order, per unit: decay every present score, then add the row
@@ -688,6 +730,7 @@ def main(argv=None):
     ap.add_argument("--sinks", type=int)
     ap.add_argument("--decay", type=float)
     ap.add_argument("--granularity", default="head")
+    ap.add_argument("--positions", default="original", help="RoPE positions: original or rolling")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
     ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16 or q8_0")
     ap.add_argument("--no-act-quant", action="store_true",
@@ -743,7 +786,8 @@ def main(argv=None):
     n_total = len(tokens) + args.generate
     budget = resolve_budget(args.budget, n_total)
     budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay)
-    run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity, args.kv_type)
+    run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity, args.kv_type,
+              args.positions)
     trace = open(args.trace, "w") if args.trace else None
     logits = []
 

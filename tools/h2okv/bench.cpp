@@ -88,15 +88,6 @@ int64_t peak_rss_bytes() {
     return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-int64_t current_rss_bytes() {
-    std::FILE* f = std::fopen("/proc/self/statm", "r");
-    if (f == nullptr) return 0;
-    long size = 0, resident = 0;
-    const int got = std::fscanf(f, "%ld %ld", &size, &resident);
-    std::fclose(f);
-    return got == 2 ? static_cast<int64_t>(resident) * ::sysconf(_SC_PAGE_SIZE) : 0;
-}
-
 // The CPU's model name with its family and model numbers, as /proc/cpuinfo gives them (virtual machines often
 // name only the vendor's line, "Intel(R) Xeon(R) Processor").
 std::string cpu_model() {
@@ -244,6 +235,7 @@ int run_bench(const bench_options& o) {
     if (!pool.ok()) return fail(pool.error().with_context("--kv-memory"));
     auto fp = engine::session::plan(*lm->model, *sp, run_length);
     if (!fp.ok()) return fail(fp.error());
+    if (auto st = warn_positions(*lm->model, *sp, run_length); !st.ok()) return fail(st);
     // The sequences that fit the pool at once, as the scheduler would admit them.
     const int64_t fit = *pool > 0 ? *pool / fp->total() : o.sequences;
     const int concurrent = static_cast<int>(std::min<int64_t>(o.sequences, fit));

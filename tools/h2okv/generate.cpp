@@ -4,9 +4,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "h2okv/core/parallel.h"
@@ -23,6 +25,8 @@ struct generate_options {
     std::string prompt;
     bool special = false;
     std::string trace_path;
+    std::string stream_stats_path;
+    int stream_every = 10000;
 };
 
 // One JSON line per processed chunk: {"pos": t, "kept": [[...], ...]} (layer-major, one list per KV head).
@@ -81,6 +85,7 @@ int run_generate(const generate_options& o) {
     const int64_t run_length = static_cast<int64_t>(prompt->size()) + gp->n_predict;
     auto session = engine::session::create(*lm->model, *sp, run_length);
     if (!session.ok()) return fail(session.error());
+    if (auto st = warn_positions(*lm->model, *sp, run_length); !st.ok()) return fail(st);
 
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> trace(nullptr, &std::fclose);
     if (!o.trace_path.empty()) {
@@ -92,15 +97,38 @@ int run_generate(const generate_options& o) {
             [s, f](int64_t pos) { write_trace_line(f, pos, s->cache().kept_per_head()); });
     }
 
+    auto stats = open_jsonl(o.stream_stats_path);
+    if (!stats.ok()) return fail(stats.error().with_context("--stream-stats"));
+    if (o.stream_every < 1) return fail(invalid_argument("--stream-every {} must be >= 1", o.stream_every));
+
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
     std::fflush(stdout);
     const tokenizer::tokenizer& t = *tok;
+    // --stream-stats: every stream_every generated tokens, the tokens processed so far, the resident memory
+    // and the speed over those tokens, so a long stream shows whether memory and time per token stay flat.
+    using clock = std::chrono::steady_clock;
+    auto window_start = clock::now();
+    int64_t generated = 0;
+    const engine::session& s = **session;
+    std::ofstream* stats_out = stats->get();
     auto g = engine::generate(
         **session, *prompt, *gp, [&t](int32_t id) { return t.is_eog(id); },
-        [&t](int32_t id) {
+        [&](int32_t id) {
             const std::string piece = t.piece(id);
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
+            if (stats_out == nullptr || ++generated % o.stream_every != 0) return;
+            const auto now = clock::now();
+            const double seconds = std::chrono::duration<double>(now - window_start).count();
+            window_start = now;
+            const nlohmann::json j = {{"tokens", s.n_past()},
+                                      {"generated", generated},
+                                      {"rss_bytes", current_rss_bytes()},
+                                      {"tokens_per_s", seconds > 0 ? o.stream_every / seconds : 0.0},
+                                      {"kept", s.cache().kept_total()},
+                                      {"policy", s.cache().policy().config().to_string()}};
+            *stats_out << j.dump() << "\n";
+            stats_out->flush();
         });
     std::fputc('\n', stdout);
     std::fflush(stdout);
@@ -130,6 +158,11 @@ void add_generate_command(CLI::App& app, int* exit_code) {
     cmd->add_option(
         "--kv-trace", o->trace_path,
         "Write one JSON line per processed chunk with the kept positions of every (layer, KV head)");
+    cmd->add_option("--stream-stats", o->stream_stats_path,
+                    "Append a JSON line every --stream-every generated tokens: tokens processed, resident "
+                    "memory, tokens/s over those tokens, positions kept (for curves of long streams)");
+    cmd->add_option("--stream-every", o->stream_every, "Generated tokens between --stream-stats lines")
+        ->capture_default_str();
     cmd->callback([o, exit_code] { *exit_code = run_generate(*o); });
 }
 

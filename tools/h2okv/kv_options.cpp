@@ -33,6 +33,10 @@ void kv_options::add_to(CLI::App& cmd) {
     cmd.add_option("--kv-decay", decay, "Score decay per query position, in (0, 1] (h2o; default 1)");
     cmd.add_option("--kv-granularity", granularity, "One kept set per: head, layer or model")
         ->capture_default_str();
+    cmd.add_option("--kv-positions", positions,
+                   "RoPE positions of cached tokens: original (their place in the text) or rolling (their "
+                   "place in the cache, 0..k-1, so evicting policies stream past the trained context)")
+        ->capture_default_str();
     cmd.add_option("--kv-prefill-chunk", prefill_chunk,
                    "Prompt tokens per prefill chunk (evictions after each)")
         ->capture_default_str();
@@ -56,6 +60,9 @@ result<policy::params> kv_options::to_params() const {
     auto g = policy::parse_granularity(granularity);
     if (!g.ok()) return g.error().with_context("--kv-granularity");
     p.gran = *g;
+    auto m = policy::parse_position_mode(positions);
+    if (!m.ok()) return m.error().with_context("--kv-positions");
+    p.positions = *m;
     return p;
 }
 
@@ -147,6 +154,7 @@ result<std::vector<engine::session_params>> sweep_options::runs(const kv_options
         auto p = policy::params::parse(spec);
         if (!p.ok()) return p.error().with_context("--sweep-policies");
         if (spec.find("granularity=") == std::string::npos) p->gran = base.kv.gran;
+        if (spec.find("positions=") == std::string::npos) p->positions = base.kv.positions;
         for (const auto& b : budgets) {
             engine::session_params sp = base;
             sp.kv = *p;
@@ -202,6 +210,21 @@ result<loaded_model> load_model(const std::string& path) {
     H2OKV_ASSIGN_OR_RETURN(lm.file, gguf::file::open(path));
     H2OKV_ASSIGN_OR_RETURN(lm.model, model::model::load(*lm.file));
     return lm;
+}
+
+status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length) {
+    H2OKV_ASSIGN_OR_RETURN(const std::string w, engine::session::position_warning(m, p, run_length));
+    if (!w.empty()) fmt::print(stderr, "h2okv: warning: {}\n", w);
+    return ok_status();
+}
+
+int64_t current_rss_bytes() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    if (f == nullptr) return 0;
+    long size = 0, resident = 0;
+    const int got = std::fscanf(f, "%ld %ld", &size, &resident);
+    std::fclose(f);
+    return got == 2 ? static_cast<int64_t>(resident) * ::sysconf(_SC_PAGE_SIZE) : 0;
 }
 
 int fail(const status& s) {

@@ -36,6 +36,7 @@ struct kv_options {
     std::optional<int64_t> sinks;
     std::optional<double> decay;
     std::string granularity = "head";
+    std::string positions = "original";
     int prefill_chunk = 512;
     std::string kv_type = "f16";
 
@@ -105,6 +106,8 @@ private:
 };
 
 result<std::string> read_text_file(const std::string& path);
+// The process's resident memory now (/proc/self/statm; 0 where it cannot be read).
+int64_t current_rss_bytes();
 // Opens `path` for appending JSON lines; null when path is empty.
 result<std::unique_ptr<std::ofstream>> open_jsonl(const std::string& path);
 
@@ -114,6 +117,9 @@ struct loaded_model {
     std::unique_ptr<model::model> model;
 };
 result<loaded_model> load_model(const std::string& path);
+
+// Prints session::position_warning's sentence, if any, as "h2okv: warning: ..." to stderr.
+status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length);
 
 // Prints "h2okv: error: <message>" to stderr and returns 1.
 int fail(const status& s);

@@ -205,6 +205,7 @@ int run_logits(const logits_options& o) {
     if (!sp.ok()) return fail(sp.error());
     auto s = engine::session::create(*lm->model, *sp, n);
     if (!s.ok()) return fail(s.error());
+    if (auto st = warn_positions(*lm->model, *sp, n); !st.ok()) return fail(st);
     if (auto st = write_logits(**s, *tokens, o.out_path); !st.ok()) return fail(st);
     fmt::print(stderr, "h2okv logits: wrote {} (float32 [{}, {}]; kv policy {}, {} evictions)\n", o.out_path,
                n, n_vocab, (*s)->cache().policy().config().to_string(),

@@ -26,6 +26,7 @@ struct perplexity_options {
     sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "h2o:decay=0.98", "tova"},
                         {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
     std::string jsonl_path;
+    int nll_window = 0;
 };
 
 int run_perplexity(const perplexity_options& o) {
@@ -58,9 +59,12 @@ int run_perplexity(const perplexity_options& o) {
     fmt::print("{:<44} {:>8} {:>10} {:>12} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
                "evictions", "seconds");
     for (const auto& sp : *runs) {
+        if (auto st = warn_positions(*lm->model, sp, static_cast<int64_t>(tokens.size())); !st.ok())
+            return fail(st);
         progress_line progress(sp.kv.to_string(), "tokens");
-        auto r = eval::perplexity(*lm->model, tokens, sp, o.kv.prefill_chunk,
-                                  [&progress](int64_t d, int64_t t) { progress(d, t); });
+        auto r = eval::perplexity(
+            *lm->model, tokens, sp, o.kv.prefill_chunk, [&progress](int64_t d, int64_t t) { progress(d, t); },
+            o.nll_window);
         if (!r.ok()) return fail(r.error());
         const std::string resolved = r->config.to_string();
         const int64_t budget = r->config.budget;
@@ -78,6 +82,7 @@ int run_perplexity(const perplexity_options& o) {
                                 {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
                                 {"budget", budget},
                                 {"granularity", policy::granularity_name(sp.kv.gran)},
+                                {"positions", policy::position_mode_name(r->config.positions)},
                                 {"kv_type", kv::kv_type_name(sp.kv_type)},
                                 {"chunk", o.kv.prefill_chunk},
                                 {"threads", omp_get_max_threads()},
@@ -88,6 +93,10 @@ int run_perplexity(const perplexity_options& o) {
                                 {"evictions", r->evictions},
                                 {"kv_bytes", r->kv_bytes},
                                 {"seconds", r->seconds}};
+            if (o.nll_window > 0) {
+                j["nll_window"] = o.nll_window;
+                j["window_nll"] = r->window_nll;
+            }
             **jsonl << j.dump() << "\n";
         }
     }
@@ -109,6 +118,10 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
                     "Evaluate the first N tokens, BOS included (N - 1 predictions); default: the whole file");
     o->kv.add_to(*cmd);
     o->sweep.add_to(*cmd);
+    cmd->add_option("--nll-window", o->nll_window,
+                    "With --jsonl: also record the mean NLL of every N consecutive predictions (perplexity "
+                    "against position; 0: none)")
+        ->check(CLI::NonNegativeNumber);
     cmd->add_option("--jsonl", o->jsonl_path,
                     "Append one JSON line per run (configuration, model sha256, timings)");
     cmd->callback([o, exit_code] { *exit_code = run_perplexity(*o); });

@@ -52,6 +52,12 @@ public:
     static result<kv::cache_footprint> plan(const model::model& m, const session_params& p,
                                             int64_t run_length);
 
+    // What happens to RoPE positions in this run, when they pass the model's trained context
+    // (hparams::n_ctx_train, as the file states it): a sentence saying so and what to do about it, for the
+    // caller to show; empty when they stay within it. The same validation as plan().
+    static result<std::string> position_warning(const model::model& m, const session_params& p,
+                                                int64_t run_length);
+
     // Processes `tokens` at positions n_past().. in chunks of prefill_chunk (a single token is a decode
     // step). logits: resized to n_vocab (`last`) or tokens.size() * n_vocab (`all`).
     status process(std::span<const int32_t> tokens, model::logits_mode mode, std::vector<float>* logits);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "h2okv/engine/session.h"
 #include "h2okv/model/model.h"
@@ -22,6 +23,9 @@ struct perplexity_result {
     double seconds = 0.0;
     int64_t evictions = 0;  // over all units
     int64_t kv_bytes = 0;
+    // With a window W > 0: the mean NLL of predictions [i*W, (i+1)*W), the last window possibly shorter
+    // (prediction j is of token j + 1), for perplexity against position.
+    std::vector<double> window_nll;
     policy::resolved_params config;  // the policy as it ran (defaults applied, budget resolved)
 };
 
@@ -31,7 +35,8 @@ using progress_fn = std::function<void(int64_t done, int64_t total)>;
 // tokens[0] should be BOS. The session is created here with run_length = tokens.size() (fractional budgets
 // are fractions of it); `chunk` tokens are processed per step (sp.prefill_chunk is ignored).
 result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> tokens,
-                                     engine::session_params sp, int chunk, const progress_fn& progress);
+                                     engine::session_params sp, int chunk, const progress_fn& progress,
+                                     int window = 0);
 
 // -log softmax(logits)[target], in double.
 double token_nll(std::span<const float> logits, int32_t target);

@@ -173,7 +173,7 @@ struct kv_rows {
 bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
-// one type); K and V are read once for all the heads.
+// one type, or f32 keys over values of any type); K and V are read once for all the heads.
 //   q: [n_q][head_dim]; slots[0..n): the slot indices to attend, in any order;
 //   for head i: s_ij = scale * dot(q_i, k[slots[j]]);  w_i = softmax(s_i);
 //   out: [n_q][head_dim], out[i] = sum_j w_ij * v[slots[j]].

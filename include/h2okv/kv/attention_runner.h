@@ -40,8 +40,8 @@ public:
     // are the next tokens of its open chunk (from chunk_done() on). A cache that forwards token by token
     // takes one. All caches belong to models of the same shape; a cache appears once.
     status begin_step(std::span<kv_cache* const> caches, std::span<const int> n_tok);
-    // q: [n_tok][n_head * head_dim], k, v: [n_tok][n_kv_head * head_dim], after RoPE; n_tok: the step's
-    // tokens. out: [n_tok][n_head * head_dim].
+    // q: [n_tok][n_head * head_dim], k, v: [n_tok][n_kv_head * head_dim], after RoPE at each cache's
+    // kv_cache::position_of; n_tok: the step's tokens. out: [n_tok][n_head * head_dim].
     status attend(int layer, int n_tok, const float* q, const float* k, const float* v, float* out) override;
     // Counts the step's tokens as forwarded by their caches.
     void end_step();
@@ -67,6 +67,9 @@ private:
     status attend_parallel(int layer, const float* q, float* out);
     status attend_reference(int layer, const float* q, float* out);
     void store_kv(int layer, const float* k, const float* v);
+    // Rolling-position caches: the layer's kept keys turned to their rolling positions (kv_cache::roll_keys),
+    // in parallel over (segment, KV head).
+    void roll_keys(int layer);
     // Sums and commits the rows of the block's queries of segment `s`, unit `u` of `layer`.
     void commit_unit(int layer, int s, int u, int q0, int q1);
     void emit_weights(int layer, int q0, int q1);
@@ -86,7 +89,8 @@ private:
     std::vector<uint8_t> fused_;  // [query - q0]: the kernel sums the row itself (the only query of a
                                   // head-granularity unit in the block, its whole group in one item)
     std::vector<float> weights_;  // softmax weights of the block, [query][KV head][group head][attended]
-    std::vector<std::pair<int, int>> tasks_;  // (segment, unit) commits of a block
+    std::vector<std::pair<int, int>> tasks_;       // (segment, unit) commits of a block
+    std::vector<std::pair<int, int>> roll_items_;  // (segment, KV head) of roll_keys
 };
 
 }  // namespace h2okv::kv

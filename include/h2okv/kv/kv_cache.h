@@ -1,8 +1,14 @@
 // One sequence's KV cache: a slot store of K/V rows (h2okv/kv/slot_store.h) bound to the eviction policy
 // that decides which slot each token occupies, plus the bookkeeping of the chunk being processed (each
-// unit's attended slots, its score row). Keys are stored after RoPE at their original positions; an
-// evicted token's slot is overwritten by a newcomer (no compaction, no memmove). Each KV head attends over
-// its own unit's slots, so per-head kept sets differ.
+// unit's attended slots, its score row). An evicted token's slot is overwritten by a newcomer (no
+// compaction, no memmove). Each KV head attends over its own unit's slots, so per-head kept sets differ.
+//
+// Positions (policy::position_mode, docs/EVICTION_CONTRACT.md): in `original` mode a token is rotated at its
+// place in the text and its key is stored so. In `rolling` mode the chunk's tokens are rotated at n_kept + i
+// (position_of), and a key is stored as rotated at that admission position; when a query attends, each kept
+// key whose rolling position has dropped since (older tokens were evicted) is turned back by the difference
+// in an f32 copy of the layer's rows (roll_keys), so the stored rows are never rewritten and never
+// accumulate rounding.
 //
 // The cache does not run attention itself: an attention_runner (h2okv/kv/attention_runner.h) does, for the
 // tokens of one or many caches in one forward pass. A chunk may be forwarded in several passes (token by
@@ -47,6 +53,7 @@ struct cache_footprint {
     int64_t capacity = 0;     // slots per unit
     int64_t kv_bytes = 0;     // K and V rows at the type's real size
     int64_t table_bytes = 0;  // the policy's slot tables and the cache's per-unit slot lists and score rows
+    bool rolling = false;     // rolling positions (policy::position_mode::rolling; never under `full`)
     int64_t total() const { return kv_bytes + table_bytes; }
 };
 
@@ -76,6 +83,10 @@ public:
     int64_t chunk_first() const { return chunk_first_; }
     int chunk_size() const { return chunk_n_; }
     int chunk_done() const { return chunk_done_; }  // tokens of the chunk already forwarded
+    // The RoPE position of the open chunk's token i, what the model rotates its q and k at: chunk_first() + i
+    // in original mode, n_kept + i in rolling mode.
+    int64_t position_of(int i) const { return chunk_base_ + i; }
+    bool rolling() const { return rolling_; }
 
     void set_row_observer(row_observer obs) { observer_ = std::move(obs); }
     void set_weights_observer(weights_observer obs) { weights_observer_ = std::move(obs); }
@@ -94,13 +105,30 @@ private:
     kv_cache(const model::hparams& hp, std::unique_ptr<policy::kv_policy> pol, slot_store store,
              cache_footprint fp);
 
+    // The keys attention reads for (layer, KV head g): the store's rows, or in rolling mode the f32 rows
+    // roll_keys wrote (values are always read from the store).
+    kernels::kv_rows keys(int layer, int g) const;
+    // Rolling mode: converts the key rows of (layer, g) that the open chunk's first n_chunk tokens attend to
+    // f32 and turns each kept one from its admission position to its rolling position.
+    void roll_keys(int layer, int g, int n_chunk);
+
     model::hparams hp_;
     std::unique_ptr<policy::kv_policy> policy_;
     slot_store store_;
     cache_footprint footprint_;
 
+    // Rolling positions: per unit and slot, the position a stored key was rotated at ([unit][capacity]);
+    // per distinct rope of the layers (hparams::rope_specs), the turns by -d for d in [0, capacity)
+    // ([spec][capacity][2 * rope_dim], model::rope_turn_table); one
+    // layer's keys, turned, in f32 ([n_kv_head][capacity][head_dim]).
+    bool rolling_ = false;
+    std::vector<int32_t> admitted_;
+    std::vector<float> turns_;
+    std::vector<float> rolled_k_;
+
     // The open chunk.
     int64_t chunk_first_ = 0;
+    int64_t chunk_base_ = 0;  // position_of(0)
     int chunk_n_ = 0;
     int chunk_done_ = 0;
     std::vector<std::vector<int32_t>> attended_;  // per unit: kept slots, then the chunk's slots

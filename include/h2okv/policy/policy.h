@@ -46,6 +46,15 @@ enum class granularity { head, layer, model };
 const char* granularity_name(granularity g);
 result<granularity> parse_granularity(std::string_view s);  // "head" | "layer" | "model"
 
+// The RoPE positions of cached tokens (docs/EVICTION_CONTRACT.md). `original`: a token keeps its place in
+// the text. `rolling`: per unit, its place in the cache: the kept positions, in ascending order, take 0..k-1
+// and the chunk's tokens follow at k, k+1, ... (StreamingLLM's assignment); positions then stay below the
+// capacity however long the run. Kept sets and scores are the same concept in both modes (tokens are named
+// by their original position); only what the engine rotates differs.
+enum class position_mode { original, rolling };
+const char* position_mode_name(position_mode m);
+result<position_mode> parse_position_mode(std::string_view s);  // "original" | "rolling"
+
 // A KV budget: a token count ("256", >= 1) or a fraction of the run's length ("0.2", in (0, 1]).
 struct budget_spec {
     bool is_fraction = false;
@@ -71,8 +80,10 @@ struct params {
     std::optional<int64_t> sinks;
     std::optional<double> decay;
     granularity gran = granularity::head;
+    position_mode positions = position_mode::original;  // ignored by `full` (nothing moves)
 
-    // "h2o:budget=256,recent=192,decay=0.98,sinks=0,granularity=layer" (the part after ':' is optional).
+    // "h2o:budget=256,recent=192,decay=0.98,sinks=0,granularity=layer,positions=rolling" (the part after ':'
+    // is optional).
     // Unknown policy or parameter names are refused with the list of valid ones.
     static result<params> parse(std::string_view spec);
     // The spec string parse() reads back to an equal value; unset parameters are left out.
@@ -88,8 +99,9 @@ struct resolved_params {
     int64_t sinks = 0;
     double decay = 1.0;
     granularity gran = granularity::head;
-    // "h2o:budget=256,recent=128,sinks=0,granularity=head" (decay only when it is not 1); params::parse of it
-    // creates the same configuration.
+    position_mode positions = position_mode::original;  // always original for `full`
+    // "h2o:budget=256,recent=128,sinks=0,granularity=head" (decay only when it is not 1, positions only when
+    // rolling); params::parse of it creates the same configuration.
     std::string to_string() const;
     bool operator==(const resolved_params&) const = default;
 };
@@ -119,7 +131,8 @@ struct footprint {
     int n_units = 0;
     int n_tables = 0;  // slot tables allocated: one per unit, or one all units share (no attention read)
     bool needs_attention = false;
-    int64_t table_bytes = 0;  // bytes of the slot tables
+    position_mode positions = position_mode::original;  // as resolved (original for `full`)
+    int64_t table_bytes = 0;                            // bytes of the slot tables
 };
 
 class kv_policy {
@@ -169,6 +182,12 @@ public:
     // The positions the last end_chunk evicted from `unit`, ascending, and their (now free) slots.
     std::span<const int64_t> victims(int unit) const;
     std::span<const int32_t> victim_slots(int unit) const;
+
+    // Rolling positions (config().positions == rolling; empty otherwise): capacity() entries, the rolling
+    // position of each occupied slot's token, its rank among the unit's positions. Between chunks the kept
+    // slots hold 0..n_kept-1 in position order; from begin_chunk on, chunk token i holds n_kept + i (the
+    // kept slots keep theirs until end_chunk, which renumbers the survivors). Free slots hold stale values.
+    std::span<const int32_t> slot_rolling_positions(int unit) const;
 
     // The first position of the next chunk (the number of tokens seen so far).
     int64_t next_position() const;

@@ -155,14 +155,14 @@ H2OKV_AVX2 void stripe_any(float* out, const float* w, size_t w_stride, const kv
 }
 
 // One pass over the slots for NQ heads: scores, softmax per head, weighted sum. q, out: [NQ][hd].
-template <typename Rows, int NQ>
+template <typename KRows, typename VRows, int NQ>
 H2OKV_AVX2 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v, int hd, const int32_t* slots,
                              int n, float scale, float* out, float* w, size_t w_stride) {
     constexpr int S = NQ == 1 ? 8 : 4;  // (head, slot) chains in flight: 8 or 12
     for (int j = 0; j < n; j += S) {
         for (int p = j + prefetch_ahead; p < std::min(n, j + prefetch_ahead + S); ++p)
             prefetch_row(k, slots[p]);
-        scores<Rows, NQ, S>(q, k, hd, slots + j, std::min(S, n - j), scale, w + j, w_stride);
+        scores<KRows, NQ, S>(q, k, hd, slots + j, std::min(S, n - j), scale, w + j, w_stride);
     }
     for (int h = 0; h < NQ; ++h) softmax(w + static_cast<size_t>(h) * w_stride, n);
     std::fill(out, out + static_cast<size_t>(NQ) * hd, 0.0f);
@@ -171,21 +171,26 @@ H2OKV_AVX2 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v,
         const int j1 = std::min(n, j0 + v_block);
         // The first stripe of a block prefetches ahead, across blocks too; the others find the rows cached.
         for (int c = 0; c < hd; c += 8 * NC)
-            stripe_any<Rows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c, (hd - c) / 8, c == 0 ? n : 0);
+            stripe_any<VRows, NQ, NC>(out, w, w_stride, v, hd, slots, j0, j1, c, (hd - c) / 8,
+                                      c == 0 ? n : 0);
     }
 }
 
-template <typename Rows>
+template <typename KRows, typename VRows>
 H2OKV_AVX2 void attend_rows(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hd,
                             const int32_t* slots, int n, float scale, float* out, float* w, size_t w_stride) {
     for (int h = 0; h < n_q; h += 3) {
         const size_t off = static_cast<size_t>(h) * hd;
         float* wh = w + static_cast<size_t>(h) * w_stride;
         switch (std::min(3, n_q - h)) {
-            case 1: attend_heads<Rows, 1>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride); break;
-            case 2: attend_heads<Rows, 2>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride); break;
+            case 1:
+                attend_heads<KRows, VRows, 1>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                break;
+            case 2:
+                attend_heads<KRows, VRows, 2>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                break;
             default:
-                attend_heads<Rows, 3>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<KRows, VRows, 3>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
         }
     }
@@ -204,17 +209,23 @@ H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows&
         std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
         return;
     }
-    // K and V share the type (one kv_cache holds both).
-    switch (k.type) {
-        case core::tensor_type::f16:
-            attend_rows<f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
-        case core::tensor_type::q8_0:
-            attend_rows<q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
-        default:
-            attend_rows<f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
+    // K and V share the type, except for f32 keys turned to rolling positions over stored values.
+    using tt = core::tensor_type;
+    if (k.type == tt::f16) {
+        attend_rows<f16_rows, f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                        weights_stride);
+    } else if (k.type == tt::q8_0) {
+        attend_rows<q8_0_rows, q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                          weights_stride);
+    } else if (v.type == tt::f16) {
+        attend_rows<f32_rows, f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                        weights_stride);
+    } else if (v.type == tt::q8_0) {
+        attend_rows<f32_rows, q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                         weights_stride);
+    } else {
+        attend_rows<f32_rows, f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                        weights_stride);
     }
     if (score_row != nullptr) {
         for (int j = 0; j < n; ++j) {

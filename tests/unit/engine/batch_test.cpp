@@ -39,6 +39,7 @@ std::vector<spec> random_specs(int n, std::mt19937& rng, int n_vocab) {
         spec s;
         std::string p = policies[rng() % 6];
         p += std::string(p.find(':') == std::string::npos ? ":" : ",") + "granularity=" + grans[rng() % 3];
+        if (rng() % 2 == 0) p += ",positions=rolling";
         s.sp.kv = *policy::params::parse(p);
         s.sp.kv_type = types[rng() % 3];
         s.sp.prefill_chunk = 1 + static_cast<int>(rng() % 16);

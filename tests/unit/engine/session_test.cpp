@@ -218,6 +218,57 @@ TEST(Session, EvictingPolicyStreamsPastTheContext) {
     EXPECT_TRUE((*s)->process(random_tokens(60, 5), model::logits_mode::last, &logits).ok());
 }
 
+// Under `window` the rolling positions are the original ones minus the window's first position: RoPE sees
+// the same distances, so the logits agree to float rounding while the positions stay below the budget.
+TEST(Session, RollingWindowSeesTheDistancesOfOriginalPositions) {
+    const auto tokens = random_tokens(80, 9);
+    policy::params p = make("window", 12, policy::granularity::head);
+    const auto original = run_all(p, 5, tokens, kv::kv_type::f32);
+    p.positions = policy::position_mode::rolling;
+    const auto rolling = run_all(p, 5, tokens, kv::kv_type::f32);
+    ASSERT_EQ(original.size(), rolling.size());
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < original.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(original[i] - rolling[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(original[i])));
+    }
+    EXPECT_LE(worst, 1e-4 * scale);
+    EXPECT_GT(worst, 0.0) << "the rolling run should have rotated at other positions";
+    // h2o keeps older tokens: there rolling positions change what the model sees.
+    policy::params h = make("h2o", 12, policy::granularity::head);
+    const auto h_original = run_all(h, 5, tokens, kv::kv_type::f32);
+    h.positions = policy::position_mode::rolling;
+    const auto h_rolling = run_all(h, 5, tokens, kv::kv_type::f32);
+    double h_worst = 0.0;
+    for (size_t i = 0; i < h_original.size(); ++i)
+        h_worst = std::max(h_worst, static_cast<double>(std::fabs(h_original[i] - h_rolling[i])));
+    EXPECT_GT(h_worst, 1e-2 * scale);
+}
+
+TEST(Session, PositionWarningPastTheTrainedContext) {
+    const model::model& m = *stories().model;
+    const int64_t trained = m.params().n_ctx_train;
+    engine::session_params sp;
+    sp.prefill_chunk = 1;
+    sp.kv = make("h2o", 64, policy::granularity::head);
+    auto within = engine::session::position_warning(m, sp, trained);
+    ASSERT_TRUE(within.ok()) << within.error().to_string();
+    EXPECT_EQ(*within, "");
+    auto past = engine::session::position_warning(m, sp, trained + 1);
+    ASSERT_TRUE(past.ok()) << past.error().to_string();
+    EXPECT_NE(past->find(fmt::format("past the model's trained context of {}", trained)), std::string::npos)
+        << *past;
+    EXPECT_NE(past->find("--kv-positions rolling"), std::string::npos) << *past;
+    sp.kv.positions = policy::position_mode::rolling;
+    auto rolled = engine::session::position_warning(m, sp, 4 * trained);
+    ASSERT_TRUE(rolled.ok()) << rolled.error().to_string();
+    EXPECT_EQ(*rolled, "") << "rolling positions stay below budget + chunk";
+    sp.kv.budget = policy::budget_spec::count(trained);
+    auto big = engine::session::position_warning(m, sp, 4 * trained);
+    ASSERT_TRUE(big.ok()) << big.error().to_string();
+    EXPECT_NE(big->find("rolling positions reach"), std::string::npos) << *big;
+}
+
 TEST(Session, RefusesTokensOutsideTheVocabulary) {
     auto s = engine::session::create(*stories().model, engine::session_params{}, 4);
     ASSERT_TRUE(s.ok());

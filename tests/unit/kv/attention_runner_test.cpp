@@ -31,6 +31,8 @@ model::hparams shape() {
     hp.n_ff = 256;
     hp.n_vocab = 300;
     hp.rope_dim = 32;
+    hp.rope_specs = {kernels::rope_spec::plain(32, hp.rope_freq_base, hp.rope_pairing)};
+    hp.layer_rope.assign(3, 0);
     return hp;
 }
 
@@ -76,6 +78,7 @@ std::vector<sequence_spec> random_specs(int n, std::mt19937& rng) {
         if (s.p.name == "streaming") s.p.sinks = 2;
         if (s.p.name == "h2o" && rng() % 2 == 0) s.p.decay = 0.9;
         s.type = types[rng() % 3];
+        if (rng() % 2 == 0) s.p.positions = policy::position_mode::rolling;
         specs.push_back(s);
     }
     return specs;

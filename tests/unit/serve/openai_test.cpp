@@ -91,6 +91,7 @@ TEST(OpenAiRequest, KvCacheOverTheServerFlags) {
     EXPECT_EQ(kv(R"({"decay": 0.9, "granularity": "model"})").kv.to_string(),
               "h2o:budget=0.5,recent=4,decay=0.9,granularity=model");
     EXPECT_EQ(kv(R"({"type": "f32"})").kv_type, kv::kv_type::f32);
+    EXPECT_EQ(kv(R"({"positions": "rolling"})").kv.to_string(), "h2o:budget=0.5,recent=4,positions=rolling");
 }
 
 TEST(OpenAiRequest, ChatPromptIsTheRenderedTemplate) {
@@ -164,6 +165,8 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
         {C, R"({"prompt": "a", "kv_cache": {"granularity": "row"}})", "kv_cache.granularity",
          "unknown granularity"},
         {C, R"({"prompt": "a", "kv_cache": {"type": "int4"}})", "kv_cache.type", "int4"},
+        {C, R"({"prompt": "a", "kv_cache": {"positions": "text"}})", "kv_cache.positions",
+         "unknown position mode 'text'; valid: original, rolling", "invalid_kv_cache"},
         {C, R"({"prompt": "a", "kv_cache": {"type": "q8_0"}})", "kv_cache", "q8_0"},
         {C, R"({"prompt": "a", "kv_cache": {"budgets": 3}})", "kv_cache.budgets",
          "no field 'budgets'; valid:"},

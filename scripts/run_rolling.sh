@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Produces the JSONL files of docs/RESULTS.md's "Rolling positions" section (`make results` runs it after
+# run_results.sh; `make rolling` alone): streaming perplexity against position far past the trained context
+# in both position modes, the 4096-token comparison with the window, a 1M-token stream's memory and speed,
+# decode speed at depth in both modes, and the accuracy of the two ways of rotating stored keys.
+# Usage: scripts/run_rolling.sh [OUT_DIR]   (default: results/). Needs ../shared (models and data).
+# Writes only rolling_*.jsonl (removed first); about 20 minutes on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-results}
+B=${H2OKV_BIN:-./build/release/tools/h2okv/h2okv}
+shared=../shared
+mkdir -p "$out"
+rm -f "$out"/rolling_*.jsonl
+
+stories=models/stories260K.gguf
+eval5m=$shared/models/h2o-eval-5M/h2o-eval-llama-5M.gguf
+tiny_text=$shared/data/tinystories/tinystories_val_head.txt
+held_out=$shared/data/moby-dick/moby_dick.txt
+policies=(window streaming:sinks=4 h2o h2o:decay=0.98 tova)
+
+curves() {  # MODEL TEXT N WINDOW NAME full|no-full BUDGETS...
+    local m=$1 f=$2 n=$3 w=$4 name=$5 full=$6
+    shift 6
+    [ "$full" = full ] || full=  # the full cache runs once (it ignores positions)
+    for pos in original rolling; do
+        echo "== rolling: $name, $pos positions ($n tokens)" >&2
+        $B perplexity -m "$m" -f "$f" --max-tokens "$n" -c "$n" --kv-positions $pos --nll-window "$w" \
+            --sweep-policies $full "${policies[@]}" --sweep-budgets "$@" --jsonl "$out/rolling_ppl_$name.jsonl" \
+            2>/dev/null
+        full=
+    done
+}
+
+# Perplexity per window of positions: the bundled model (trained on 512-token sequences) over 8192 tokens of
+# TinyStories, the 5M model (1024-token context) over 16384 tokens of held-out Moby Dick. The 5M model's full
+# cache is left out: 16384 positions of full attention took over 15 minutes on the shared 2 cores.
+curves $stories "$tiny_text" 8192 256 stories260K full 64 128 256
+curves "$eval5m" "$held_out" 16384 512 eval5M no-full 128 256
+
+# The issue's comparison: 4096 TinyStories tokens at a budget of 128, every evicting policy in both modes.
+for pos in original rolling; do
+    $B perplexity -f "$tiny_text" --max-tokens 4096 --kv-positions $pos --sweep-policies "${policies[@]}" \
+        --sweep-budgets 128 --jsonl "$out/rolling_ppl4096.jsonl" 2>/dev/null
+done
+
+# A 1M-token stream in fixed memory: resident memory and tokens/s against tokens processed.
+echo "== rolling: 1M-token stream" >&2
+$B generate -p "Once upon a time" -n 1000000 --ignore-eos --kv-policy h2o --kv-budget 128 \
+    --kv-positions rolling --stream-stats "$out/rolling_stream.jsonl" --stream-every 20000 >/dev/null 2>&1
+
+# Decode speed at depth in both modes (one thread, runs interleaved so machine noise hits both alike).
+for rep in 1 2 3; do
+    for pos in original rolling; do
+        for m in "$eval5m" "$stories"; do
+            $B bench -m "$m" -t 1 -p 16 -n 128 --depth 2048 --kv-policy h2o --kv-budget 256 \
+                --kv-positions $pos --json 2>/dev/null >>"$out/rolling_speed.jsonl"
+        done
+    done
+done
+
+/usr/bin/python3 scripts/rolling_drift.py "$out/rolling_drift.jsonl" >/dev/null
