@@ -44,9 +44,9 @@ struct rope_scaling {
 kernels::rope_spec make_rope_spec(int rope_dim, float freq_base, kernels::rope_pairing pairing,
                                   std::span<const float> freq_factors, const rope_scaling& scaling);
 
-// Turning a key already rotated at one position to another (rolling positions, h2okv/kv/kv_cache.h). Rotations
-// compose: a key rotated at p and turned by d is the key rotated at p + d, up to float rounding; the magnitude
-// (yarn's) was applied once, when the key was rotated, and a turn does not apply it again.
+// Turning a key already rotated at one position to another (rolling positions, h2okv/kv/kv_cache.h).
+// Rotations compose: a key rotated at p and turned by d is the key rotated at p + d, up to float rounding;
+// the magnitude (yarn's) was applied once, when the key was rotated, and a turn does not apply it again.
 // rope_turn_table writes the turn by `delta` positions (any sign) of spec s in the form rope_turn reads:
 // [2 * rope_dim] floats, per rotated dim e its cosine, then per e the signed sine its pair partner is
 // multiplied by (from kernels::rope_rotation's angles).
