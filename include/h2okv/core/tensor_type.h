@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 
 namespace h2okv::core {
 
@@ -39,29 +40,36 @@ inline constexpr tensor_type_traits k_tensor_types[] = {
     {tensor_type::q6_k, "Q6_K", 256, 210},
 };
 
+// The index in k_tensor_types of type number t, or -1 when h2okv does not know it. (Indices, not pointers:
+// GCC 12 cannot compare a pointer into the table with null in a constant expression under the sanitizers.)
+constexpr int tensor_type_index(uint32_t t) noexcept {
+    for (int i = 0; i < static_cast<int>(std::size(k_tensor_types)); ++i) {
+        if (static_cast<uint32_t>(k_tensor_types[i].type) == t) return i;
+    }
+    return -1;
+}
+
 // The traits of type number t, or nullptr when h2okv does not know it.
 constexpr const tensor_type_traits* find_tensor_type(uint32_t t) noexcept {
-    for (const auto& traits : k_tensor_types) {
-        if (static_cast<uint32_t>(traits.type) == t) return &traits;
-    }
-    return nullptr;
+    const int i = tensor_type_index(t);
+    return i < 0 ? nullptr : &k_tensor_types[i];
 }
 
 // "F32", "Q8_0", ...; "?" for a value outside the enumeration (gguf::tensor_type_name also numbers those).
 constexpr const char* tensor_type_label(tensor_type t) noexcept {
-    const tensor_type_traits* traits = find_tensor_type(static_cast<uint32_t>(t));
-    return traits ? traits->name : "?";
+    const int i = tensor_type_index(static_cast<uint32_t>(t));
+    return i < 0 ? "?" : k_tensor_types[i].name;
 }
 
 // Elements and bytes per block (F32: 1 and 4; Q8_0: 32 and 34; Q4_K: 256 and 144 ...); 0 for a value
 // outside the enumeration.
 constexpr int64_t block_elements(tensor_type t) noexcept {
-    const tensor_type_traits* traits = find_tensor_type(static_cast<uint32_t>(t));
-    return traits ? traits->block_elements : 0;
+    const int i = tensor_type_index(static_cast<uint32_t>(t));
+    return i < 0 ? 0 : k_tensor_types[i].block_elements;
 }
 constexpr int64_t block_bytes(tensor_type t) noexcept {
-    const tensor_type_traits* traits = find_tensor_type(static_cast<uint32_t>(t));
-    return traits ? traits->block_bytes : 0;
+    const int i = tensor_type_index(static_cast<uint32_t>(t));
+    return i < 0 ? 0 : k_tensor_types[i].block_bytes;
 }
 
 }  // namespace h2okv::core
