@@ -21,37 +21,6 @@
 
 namespace h2okv::model {
 
-// How a model rotates q and k (RoPE): the one description an attention backend needs to turn a cached key
-// to another position (rolling positions, h2okv/kv/kv_cache.h). Rotations compose: turning a key rotated at
-// position p by a delta d gives the key rotated at p + d, up to float rounding.
-struct rope_spec {
-    int dim = 0;  // leading dims of each head that are rotated (even)
-    float freq_base = 10000.0f;
-    kernels::rope_pairing pairing = kernels::rope_pairing::normal;
-
-    // The rotation by `delta` positions (any sign) in the form turn() reads: turn_table, [2 * dim] floats
-    // (per rotated dim e its cosine, then per e the signed sine its pair partner is multiplied by), from
-    // kernels::rope_rotation's angles.
-    void rotation(int64_t delta, float* turn_table) const;
-    // Rotates one head's vector x ([dim] leading floats of it) in place by a rotation() table: the result of
-    // kernels::rope_apply with the same angles. Inline: a cache turns hundreds of keys per layer and step.
-    void turn(float* x, const float* turn_table) const {
-        const float* c = turn_table;
-        const float* s = turn_table + dim;
-        const int half = dim / 2;
-        const int step = pairing == kernels::rope_pairing::normal ? 2 : 1;
-        const int gap = pairing == kernels::rope_pairing::normal ? 1 : half;
-        for (int i = 0; i < half; ++i) {
-            const int a = step * i;
-            const int b = a + gap;
-            const float xa = x[a];
-            const float xb = x[b];
-            x[a] = xa * c[a] + xb * s[a];
-            x[b] = xb * c[b] + xa * s[b];
-        }
-    }
-};
-
 struct hparams {
     std::string arch;
     int64_t n_vocab = 0;
