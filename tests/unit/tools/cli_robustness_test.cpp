@@ -528,6 +528,27 @@ TEST(cli_input, an_empty_prompt_generates_after_bos) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+TEST(cli_input, a_prompt_file_generates_what_the_same_prompt_does) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("h2okv_prompt_" + std::to_string(::getpid()) + ".txt"))
+            .string();
+    std::ofstream(path) << "Once upon a time";
+    const run_result from_file = run_cli({"generate", "-f", path, "-n", "12"});
+    const run_result from_flag = run_cli({"generate", "-p", "Once upon a time", "-n", "12"});
+    std::filesystem::remove(path);
+    ASSERT_TRUE(from_file.exited && from_flag.exited) << from_file.err << from_flag.err;
+    EXPECT_EQ(from_file.exit_code, 0) << from_file.err;
+    EXPECT_EQ(from_file.out, from_flag.out);
+    const run_result none = run_cli({"generate", "-n", "4"});
+    ASSERT_TRUE(none.exited);
+    EXPECT_NE(none.exit_code, 0);
+    EXPECT_TRUE(has_substring(none.err, "generate needs a prompt: -p TEXT or -f FILE")) << none.err;
+    const run_result both = run_cli({"generate", "-p", "x", "-f", "y", "-n", "4"});
+    ASSERT_TRUE(both.exited);
+    EXPECT_NE(both.exit_code, 0);
+    EXPECT_TRUE(has_substring(both.err, "excludes")) << both.err;
+}
+
 TEST(cli_input, unknown_flags_and_subcommands_are_refused_by_the_parser) {
     for (const std::vector<std::string>& args :
          {std::vector<std::string>{"generate", "-p", "x", "--no-such-flag"},
