@@ -117,6 +117,8 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
     cmd->add_option("--max-tokens", o->max_tokens,
                     "Evaluate the first N tokens, BOS included (N - 1 predictions); default: the whole file");
     o->kv.add_to(*cmd);
+    cmd->get_option("--kv-prefill-chunk")
+        ->description("Text tokens per chunk (evictions after each; the default 1 streams token by token)");
     o->sweep.add_to(*cmd);
     cmd->add_option("--nll-window", o->nll_window,
                     "With --jsonl: also record the mean NLL of every N consecutive predictions (perplexity "
