@@ -199,6 +199,7 @@ bool attend_supports(tensor_type t, int head_dim) noexcept {
         case tensor_type::f32:
         case tensor_type::f16: return true;
         case tensor_type::q8_0: return head_dim % detail::q8_0_elems == 0;
+        case tensor_type::q4_0: return head_dim % detail::q4_0_elems == 0;
         default: return false;
     }
 }

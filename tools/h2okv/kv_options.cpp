@@ -43,7 +43,7 @@ void kv_options::add_to(CLI::App& cmd) {
         ->capture_default_str();
     cmd.add_option("--kv-type", kv_type,
                    "Element type of stored K and V: " + kv::kv_type_names() +
-                       " (q8_0: blocks of 32, needs head_dim a multiple of 32)")
+                       " (q8_0, q4_0: ggml's blocks of 32, need head_dim a multiple of 32)")
         ->capture_default_str();
 }
 

@@ -161,16 +161,16 @@ void softmax(float* x, int n) noexcept;
 void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 
 // A slot-indexed K or V store of one KV head, as attend reads it: row s holds head_dim elements of `type` at
-// data + s * row_bytes. Types: f32, f16 (IEEE binary16) or q8_0 (ggml's blocks of 32, so head_dim must be a
-// multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
+// data + s * row_bytes. Types: f32, f16 (IEEE binary16), q8_0 or q4_0 (ggml's blocks of 32, so head_dim must
+// be a multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
 struct kv_rows {
     core::tensor_type type;
     const std::byte* data;
     size_t row_bytes;
 };
 
-// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 for
-// multiples of 32.
+// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 and
+// q4_0 for multiples of 32.
 bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
