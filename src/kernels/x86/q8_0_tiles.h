@@ -1,0 +1,245 @@
+// The Q8_0 products with quantised activations (kernels/q8_0_act.h) for any number of tokens, on the two
+// weight layouts:
+//   - q8_0_x16 (kernels/q8_0_x16.h): vector lane r is row r of a 16-row group, so one load of a packed word
+//     gives every row of the tile four weights, each multiplied with four broadcast activations (q8_dot); a
+//     tile is one group's lanes x up to V::q8_tokens tokens, the group staying in cache while the token
+//     tiles pass over it.
+//   - plain rows (the tied output matrix, packing off, row counts that are not whole groups): each row's
+//     block is one 256-bit vector, multiplied with eight tokens' blocks and the eight sums reduced together,
+//     so the float step runs with the tokens in the lanes.
+// Either way the integer sums are exact and each output's float steps are kernels/q8_0_act.h's, one fma per
+// block in block order, so the bits equal the reference's. Included by q8_0_avx2.cpp and q8_0_avx512.cpp
+// with H2OKV_Q8_TARGET (the target attribute) and, for vpdpbusd, H2OKV_Q8_VNNI defined, and traits V:
+// ireg/freg, lanes, q8_tokens, iload(const int32_t*), ibcast(const void*) (4 bytes to every lane),
+// to_float, fzero, fbcast, fmul, ffma, fstore, f16_load(p) (`lanes` halves), q8_weights(raw packed word
+// vector) -> the operand q8_dot takes, q8_dot(acc, weights, x): acc + the 4-byte dot products of the rows'
+// signed weights with x, q8_init(bias): the accumulator a block starts from (the block's `bias` where
+// q8_dot multiplies the unsigned bytes q + 128, else 0).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/blocks.h"
+#include "kernels/q8_0_act.h"
+#include "kernels/q8_0_x16.h"
+#include "kernels/ref/ref.h"
+#include "kernels/scratch.h"
+
+#ifndef H2OKV_Q8_TARGET
+#error "define H2OKV_Q8_TARGET before including kernels/x86/q8_0_tiles.h"
+#endif
+
+namespace h2okv::kernels::x86 {
+namespace {
+
+// NT tokens of the `lanes` rows of a group that start at lane `lane0` (x[t]: token t's blocks); y[t *
+// y_stride + lane].
+template <typename V, int NT>
+H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const detail::q8_0_act* const* x,
+                                   int64_t nb, float* y, int64_t y_stride) {
+    using ireg = typename V::ireg;
+    using freg = typename V::freg;
+    constexpr int64_t G = detail::q8_0_x16_rows;
+    freg facc[NT];
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) facc[t] = V::fzero();
+    for (int64_t b = 0; b < nb; ++b) {
+        const std::byte* gb = group + static_cast<size_t>(b) * detail::q8_0_x16_block_bytes;
+        const auto* qs = reinterpret_cast<const int32_t*>(gb + detail::q8_0_x16_qs_offset) + lane0;
+        ireg iacc[NT];
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) iacc[t] = V::q8_init(x[t][b].bias);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+            const auto w = V::q8_weights(V::iload(qs + k * G));
+#pragma GCC unroll 16
+            for (int t = 0; t < NT; ++t) iacc[t] = V::q8_dot(iacc[t], w, V::ibcast(x[t][b].qs + 4 * k));
+        }
+        const freg d = V::f16_load(gb + detail::q8_0_x16_d_offset + 2 * lane0);
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t)
+            facc[t] = V::ffma(V::to_float(iacc[t]), V::fmul(d, V::fbcast(x[t][b].d)), facc[t]);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) V::fstore(y + t * y_stride, facc[t]);
+}
+
+// A tile of nt (1..NT) tokens, chosen at run time.
+template <typename V, int NT>
+H2OKV_Q8_TARGET void q8_0_x16_tile_n(int nt, const std::byte* group, int64_t lane0,
+                                     const detail::q8_0_act* const* x, int64_t nb, float* y,
+                                     int64_t y_stride) {
+    if constexpr (NT > 1) {
+        if (nt < NT) {
+            q8_0_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride);
+            return;
+        }
+    }
+    q8_0_x16_tile<V, NT>(group, lane0, x, nb, y, y_stride);
+}
+
+template <typename V>
+H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
+                                   int64_t r0, int64_t r1) {
+    constexpr int64_t G = detail::q8_0_x16_rows;
+    constexpr int NT = V::q8_tokens;
+    assert(r0 % G == 0 && r1 % G == 0);
+    const int64_t nb = w.cols / detail::q8_0_elems;
+    const size_t group_bytes = static_cast<size_t>(nb) * detail::q8_0_x16_block_bytes;
+    for (int64_t g = r0 / G; g < r1 / G; ++g) {
+        const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
+        // The next group's first lines, as the one-token kernel walks the groups one after another.
+        for (size_t p = 0; p < 1024 && g + 1 < r1 / G; p += 64) __builtin_prefetch(group + group_bytes + p);
+        for (int t = 0; t < n_tok; t += NT) {
+            const int nt = std::min(NT, n_tok - t);
+            const detail::q8_0_act* xt[NT];
+            for (int j = 0; j < nt; ++j) xt[j] = xq + (t + j) * nb;
+            for (int64_t lane0 = 0; lane0 < G; lane0 += V::lanes)
+                q8_0_x16_tile_n<V, NT>(nt, group, lane0, xt, nb,
+                                       y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows);
+        }
+    }
+}
+
+// The 32 weights of a plain block against one token's block: eight int32 lanes whose sum is the block's I.
+struct q8_row_block {
+    __m256i w;  // the signed weights
+#ifdef H2OKV_Q8_VNNI
+    __m256i bias;  // -128 * the sum of each lane's four weights (the activations enter as q + 128)
+#else
+    __m256i abs_w;  // |w| (vpmaddubsw multiplies unsigned with signed bytes)
+#endif
+};
+
+H2OKV_Q8_TARGET inline q8_row_block q8_row_weights(const std::byte* qs) {
+    q8_row_block r;
+    r.w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+#ifdef H2OKV_Q8_VNNI
+    r.bias = _mm256_sub_epi32(_mm256_setzero_si256(),
+                              _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), r.w));
+#else
+    r.abs_w = _mm256_abs_epi8(r.w);
+#endif
+    return r;
+}
+
+H2OKV_Q8_TARGET inline __m256i q8_row_dot(const q8_row_block& r, const int8_t* x) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+#ifdef H2OKV_Q8_VNNI
+    return _mm256_dpbusd_epi32(r.bias, _mm256_xor_si256(xv, _mm256_set1_epi8(-128)), r.w);
+#else
+    // |w| * (x with w's sign): pairs up to 2 * 128 * 127, inside vpmaddubsw's int16.
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(r.abs_w, _mm256_sign_epi8(xv, r.w)), _mm256_set1_epi16(1));
+#endif
+}
+
+// Lane t of the result: the sum of the eight lanes of p[t].
+H2OKV_Q8_TARGET inline __m256i q8_reduce8(const __m256i* p) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+H2OKV_Q8_TARGET inline int32_t q8_hsum(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+H2OKV_Q8_TARGET inline float q8_half_at(const std::byte* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+// The eight activation scales of each token tile and block: dx[(tile * nb + b) * 8 + j] (0 past n_tok).
+struct q8_tile_scales {
+    float d[8];
+};
+
+// Rows [r0, r1) of a plain-rows Q8_0 product: per row, tiles of eight tokens (one token alone: one hsum).
+H2OKV_Q8_TARGET void q8_0_plain_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
+                                     int64_t r0, int64_t r1) {
+    const int64_t nb = w.cols / detail::q8_0_elems;
+    if (n_tok == 1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                const std::byte* block = row + b * detail::q8_0_bytes;
+                const int32_t i = q8_hsum(q8_row_dot(q8_row_weights(block + 2), xq[b].qs));
+                acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(i)),
+                                                 _mm_set_ss(q8_half_at(block) * xq[b].d), _mm_set_ss(acc)));
+            }
+            y[r] = acc;
+        }
+        return;
+    }
+    const int tiles = (n_tok + 7) / 8;
+    q8_tile_scales* dx = detail::thread_scratch<q8_tile_scales>(static_cast<size_t>(tiles * nb));
+    if (dx == nullptr) {
+        ref::q8_0_rows(w, xq, n_tok, y, r0, r1);
+        return;
+    }
+    for (int tile = 0; tile < tiles; ++tile)
+        for (int64_t b = 0; b < nb; ++b)
+            for (int j = 0; j < 8; ++j) {
+                const int t = 8 * tile + j;
+                dx[tile * nb + b].d[j] = t < n_tok ? xq[t * nb + b].d : 0.0f;
+            }
+    for (int64_t r = r0; r < r1; ++r) {
+        const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+        for (int tile = 0; tile < tiles; ++tile) {
+            const int nt = std::min(8, n_tok - 8 * tile);
+            const detail::q8_0_act* xt = xq + 8 * tile * nb;
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const std::byte* block = row + b * detail::q8_0_bytes;
+                const q8_row_block wb = q8_row_weights(block + 2);
+                __m256i p[8];
+                for (int j = 0; j < 8; ++j)
+                    p[j] = j < nt ? q8_row_dot(wb, xt[j * nb + b].qs) : _mm256_setzero_si256();
+                const __m256 dd =
+                    _mm256_mul_ps(_mm256_set1_ps(q8_half_at(block)), _mm256_loadu_ps(dx[tile * nb + b].d));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_reduce8(p)), dd, acc);
+            }
+            alignas(32) float out[8];
+            _mm256_store_ps(out, acc);
+            for (int j = 0; j < nt; ++j) y[static_cast<int64_t>(8 * tile + j) * w.rows + r] = out[j];
+        }
+    }
+}
+
+// kernel_table::q8_0_rows for this ISA.
+template <typename V>
+H2OKV_Q8_TARGET void q8_0_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
+                               int64_t r0, int64_t r1) {
+    if (w.layout == weight_layout::q8_0_x16) {
+        q8_0_x16_rows<V>(w, xq, n_tok, y, r0, r1);
+    } else {
+        q8_0_plain_rows(w, xq, n_tok, y, r0, r1);
+    }
+}
+
+// Rows [r0, r1) of a Q8_0 product from f32 activations: quantised into this thread's buffer with `quantize`,
+// or block by block when it cannot be allocated.
+template <typename V>
+H2OKV_Q8_TARGET void matmul_q8_0(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
+                                 int64_t r1, detail::quantize_q8_0_fn quantize) {
+    const detail::q8_0_act* xq = detail::quantize_q8_0_tokens(x, n_tok, w.cols, quantize);
+    if (xq == nullptr) {
+        detail::matmul_q8_0_unbuffered(w, x, n_tok, y, r0, r1);
+        return;
+    }
+    q8_0_rows<V>(w, xq, n_tok, y, r0, r1);
+}
+
+}  // namespace
+}  // namespace h2okv::kernels::x86
