@@ -5,8 +5,8 @@
 //     tile is one group's lanes x up to V::q8_tokens tokens, the group staying in cache while the token
 //     tiles pass over it.
 //   - plain rows (the tied output matrix, packing off, row counts that are not whole groups): each row's
-//     block is one 256-bit vector, multiplied with eight tokens' blocks and the eight sums reduced together,
-//     so the float step runs with the tokens in the lanes.
+//     block is one 256-bit vector; a tile multiplies R rows with T tokens (R * T = 8) and reduces the eight
+//     sums together, so the float step runs with the eight outputs in the lanes.
 // Either way the integer sums are exact and each output's float steps are kernels/q8_0_act.h's, one fma per
 // block in block order, so the bits equal the reference's. Included by q8_0_avx2.cpp and q8_0_avx512.cpp
 // with H2OKV_Q8_TARGET (the target attribute) and, for vpdpbusd, H2OKV_Q8_VNNI defined, and traits V:
@@ -129,13 +129,22 @@ H2OKV_Q8_TARGET inline q8_row_block q8_row_weights(const std::byte* qs) {
     return r;
 }
 
-H2OKV_Q8_TARGET inline __m256i q8_row_dot(const q8_row_block& r, const int8_t* x) {
+// A token's block as q8_row_dot takes it: for vpdpbusd the unsigned bytes q + 128.
+H2OKV_Q8_TARGET inline __m256i q8_row_activations(const int8_t* x) {
     const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
 #ifdef H2OKV_Q8_VNNI
-    return _mm256_dpbusd_epi32(r.bias, _mm256_xor_si256(xv, _mm256_set1_epi8(-128)), r.w);
+    return _mm256_xor_si256(xv, _mm256_set1_epi8(-128));
+#else
+    return xv;
+#endif
+}
+
+H2OKV_Q8_TARGET inline __m256i q8_row_dot(const q8_row_block& r, __m256i x) {
+#ifdef H2OKV_Q8_VNNI
+    return _mm256_dpbusd_epi32(r.bias, x, r.w);
 #else
     // |w| * (x with w's sign): pairs up to 2 * 128 * 127, inside vpmaddubsw's int16.
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(r.abs_w, _mm256_sign_epi8(xv, r.w)), _mm256_set1_epi16(1));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(r.abs_w, _mm256_sign_epi8(x, r.w)), _mm256_set1_epi16(1));
 #endif
 }
 
@@ -153,67 +162,97 @@ H2OKV_Q8_TARGET inline int32_t q8_hsum(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-H2OKV_Q8_TARGET inline float q8_half_at(const std::byte* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-// The eight activation scales of each token tile and block: dx[(tile * nb + b) * 8 + j] (0 past n_tok).
+// The activation scales of a tile's lanes, per block: d[j] for lane j's token.
 struct q8_tile_scales {
     float d[8];
 };
 
-// Rows [r0, r1) of a plain-rows Q8_0 product: per row, tiles of eight tokens (one token alone: one hsum).
-H2OKV_Q8_TARGET void q8_0_plain_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
-                                     int64_t r0, int64_t r1) {
-    const int64_t nb = w.cols / detail::q8_0_elems;
-    if (n_tok == 1) {
-        for (int64_t r = r0; r < r1; ++r) {
-            const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
-            float acc = 0.0f;
-            for (int64_t b = 0; b < nb; ++b) {
-                const std::byte* block = row + b * detail::q8_0_bytes;
-                const int32_t i = q8_hsum(q8_row_dot(q8_row_weights(block + 2), xq[b].qs));
-                acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(static_cast<float>(i)),
-                                                 _mm_set_ss(q8_half_at(block) * xq[b].d), _mm_set_ss(acc)));
+// One tile of the plain rows: R rows x T tokens (R * T = 8), lane j = row j / T, token j % T. Each row's
+// block is loaded once for its T tokens, the eight dot products are reduced together and the float step runs
+// on the eight outputs at once, each lane's fma chain in block order.
+template <int R, int T>
+H2OKV_Q8_TARGET void q8_0_plain_tile(const std::byte* const* rows, const detail::q8_0_act* const* x,
+                                     const q8_tile_scales* dx, int64_t nb, float* out) {
+    static_assert(R * T == 8);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i xv[T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) xv[t] = q8_row_activations(x[t][b].qs);
+        __m256i p[8];
+        alignas(16) uint16_t dh[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+            const std::byte* block = rows[r] + b * detail::q8_0_bytes;
+            const q8_row_block wb = q8_row_weights(block + 2);
+            uint16_t h;
+            std::memcpy(&h, block, 2);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+                dh[r * T + t] = h;
+                p[r * T + t] = q8_row_dot(wb, xv[t]);
             }
-            y[r] = acc;
         }
-        return;
+        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(dx[b].d));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_reduce8(p)), dd, acc);
     }
-    const int tiles = (n_tok + 7) / 8;
+    _mm256_storeu_ps(out, acc);
+}
+
+// Tokens [t0, t1) of rows [r0, r1) in R x T tiles: rows outer (each group's rows read from memory once),
+// token tiles inner; a partial last group or tile repeats its last row or token and drops those lanes.
+template <int R, int T>
+H2OKV_Q8_TARGET void q8_0_plain_pass(const matrix_view& w, const detail::q8_0_act* xq, int t0, int t1,
+                                     float* y, int64_t r0, int64_t r1) {
+    const int64_t nb = w.cols / detail::q8_0_elems;
+    const int tiles = (t1 - t0 + T - 1) / T;
     q8_tile_scales* dx = detail::thread_scratch<q8_tile_scales>(static_cast<size_t>(tiles * nb));
     if (dx == nullptr) {
-        ref::q8_0_rows(w, xq, n_tok, y, r0, r1);
+        ref::q8_0_rows(w, xq + t0 * nb, t1 - t0, y + static_cast<int64_t>(t0) * w.rows, r0, r1);
         return;
     }
     for (int tile = 0; tile < tiles; ++tile)
         for (int64_t b = 0; b < nb; ++b)
             for (int j = 0; j < 8; ++j) {
-                const int t = 8 * tile + j;
-                dx[tile * nb + b].d[j] = t < n_tok ? xq[t * nb + b].d : 0.0f;
+                const int t = std::min(t0 + tile * T + j % T, t1 - 1);
+                dx[tile * nb + b].d[j] = xq[t * nb + b].d;
             }
-    for (int64_t r = r0; r < r1; ++r) {
-        const std::byte* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+    for (int64_t g = r0; g < r1; g += R) {
+        const std::byte* rows[R];
+        for (int r = 0; r < R; ++r)
+            rows[r] = w.data + static_cast<size_t>(std::min<int64_t>(g + r, r1 - 1)) * w.row_bytes;
         for (int tile = 0; tile < tiles; ++tile) {
-            const int nt = std::min(8, n_tok - 8 * tile);
-            const detail::q8_0_act* xt = xq + 8 * tile * nb;
-            __m256 acc = _mm256_setzero_ps();
-            for (int64_t b = 0; b < nb; ++b) {
-                const std::byte* block = row + b * detail::q8_0_bytes;
-                const q8_row_block wb = q8_row_weights(block + 2);
-                __m256i p[8];
-                for (int j = 0; j < 8; ++j)
-                    p[j] = j < nt ? q8_row_dot(wb, xt[j * nb + b].qs) : _mm256_setzero_si256();
-                const __m256 dd =
-                    _mm256_mul_ps(_mm256_set1_ps(q8_half_at(block)), _mm256_loadu_ps(dx[tile * nb + b].d));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_reduce8(p)), dd, acc);
-            }
+            const detail::q8_0_act* xt[T];
+            for (int t = 0; t < T; ++t) xt[t] = xq + std::min(t0 + tile * T + t, t1 - 1) * nb;
             alignas(32) float out[8];
-            _mm256_store_ps(out, acc);
-            for (int j = 0; j < nt; ++j) y[static_cast<int64_t>(8 * tile + j) * w.rows + r] = out[j];
+            q8_0_plain_tile<R, T>(rows, xt, dx + tile * nb, nb, out);
+            for (int j = 0; j < 8; ++j) {
+                const int64_t r = g + j / T;
+                const int t = t0 + tile * T + j % T;
+                if (r < r1 && t < t1) y[static_cast<int64_t>(t) * w.rows + r] = out[j];
+            }
         }
+    }
+}
+
+// Rows [r0, r1) of a plain-rows Q8_0 product: eight-token tiles, and the tokens left over (or a decode step's
+// one to four) with two to eight rows side by side, so that a tile always has eight independent outputs.
+H2OKV_Q8_TARGET void q8_0_plain_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
+                                     int64_t r0, int64_t r1) {
+    const int rest = n_tok % 8;
+    if (rest >= 5) {
+        q8_0_plain_pass<1, 8>(w, xq, 0, n_tok, y, r0, r1);
+        return;
+    }
+    const int main_tokens = n_tok - rest;
+    if (main_tokens > 0) q8_0_plain_pass<1, 8>(w, xq, 0, main_tokens, y, r0, r1);
+    switch (rest) {
+        case 1: q8_0_plain_pass<8, 1>(w, xq, main_tokens, n_tok, y, r0, r1); break;
+        case 2: q8_0_plain_pass<4, 2>(w, xq, main_tokens, n_tok, y, r0, r1); break;
+        case 3:
+        case 4: q8_0_plain_pass<2, 4>(w, xq, main_tokens, n_tok, y, r0, r1); break;
+        default: break;
     }
 }
 
