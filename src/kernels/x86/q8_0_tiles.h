@@ -180,20 +180,21 @@ H2OKV_Q8_TARGET void q8_0_plain_tile(const std::byte* const* rows, const detail:
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) xv[t] = q8_row_activations(x[t][b].qs);
         __m256i p[8];
-        alignas(16) uint16_t dh[8];
+        uint16_t h[R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
             const std::byte* block = rows[r] + b * detail::q8_0_bytes;
             const q8_row_block wb = q8_row_weights(block + 2);
-            uint16_t h;
-            std::memcpy(&h, block, 2);
+            std::memcpy(&h[r], block, 2);
 #pragma GCC unroll 8
-            for (int t = 0; t < T; ++t) {
-                dh[r * T + t] = h;
-                p[r * T + t] = q8_row_dot(wb, xv[t]);
-            }
+            for (int t = 0; t < T; ++t) p[r * T + t] = q8_row_dot(wb, xv[t]);
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+        // Lane j's weight scale (row j / T), inserted from registers: eight 2-byte stores and a vector load
+        // would stall on store forwarding.
+        const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+            static_cast<int16_t>(h[0 / T]), static_cast<int16_t>(h[1 / T]), static_cast<int16_t>(h[2 / T]),
+            static_cast<int16_t>(h[3 / T]), static_cast<int16_t>(h[4 / T]), static_cast<int16_t>(h[5 / T]),
+            static_cast<int16_t>(h[6 / T]), static_cast<int16_t>(h[7 / T])));
         const __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(dx[b].d));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q8_reduce8(p)), dd, acc);
     }
@@ -218,10 +219,17 @@ H2OKV_Q8_TARGET void q8_0_plain_pass(const matrix_view& w, const detail::q8_0_ac
                 const int t = std::min(t0 + tile * T + j % T, t1 - 1);
                 dx[tile * nb + b].d[j] = xq[t * nb + b].d;
             }
+    const size_t group_bytes = static_cast<size_t>(R) * w.row_bytes;
     for (int64_t g = r0; g < r1; g += R) {
         const std::byte* rows[R];
         for (int r = 0; r < R; ++r)
             rows[r] = w.data + static_cast<size_t>(std::min<int64_t>(g + r, r1 - 1)) * w.row_bytes;
+        // The next group's rows, so that memory streams them while this group computes (R rows side by side
+        // are more streams than the hardware prefetcher follows).
+        if (g + 2 * R <= r1) {
+            for (size_t off = 0; off < group_bytes; off += 64)
+                __builtin_prefetch(rows[0] + group_bytes + off);
+        }
         for (int tile = 0; tile < tiles; ++tile) {
             const detail::q8_0_act* xt[T];
             for (int t = 0; t < T; ++t) xt[t] = xq + std::min(t0 + tile * T + t, t1 - 1) * nb;
