@@ -13,8 +13,9 @@
 // ireg/freg, lanes, q8_tokens, iload(const int32_t*), ibcast(const void*) (4 bytes to every lane),
 // to_float, fzero, fbcast, fmul, ffma, fstore, f16_load(p) (`lanes` halves), q8_weights(raw packed word
 // vector) -> the operand q8_dot takes, q8_dot(acc, weights, x): acc + the 4-byte dot products of the rows'
-// signed weights with x, q8_init(bias): the accumulator a block starts from (the block's `bias` where
-// q8_dot multiplies the unsigned bytes q + 128, else 0).
+// weights with x (the unsigned bytes q + 128 for vpdpbusd, q itself otherwise), q8_init(bias): the
+// accumulator a block starts from (the activations' `bias`, -128 * sum(x), where q8_dot multiplies q + 128,
+// else 0), so that the block's sum is exactly sum q * x.
 #pragma once
 
 #include <immintrin.h>
