@@ -4,7 +4,7 @@
 // loads and on plain rows (the tied output matrix). One thread; SmolLM-135M's shapes; 1..16 tokens (decode
 // steps of 1..16 sequences).
 //
-//   ./bench_q8_0_bench [rounds] [isa: avx512|avx2]
+//   ./bench_q8_0_bench [rounds] [isa: avx512|avx2] [rows: only the shapes with that many rows]
 // prints, per shape and token count, the median time of each path over the rounds and the ratios.
 #include <omp.h>
 
@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
 #ifdef H2OKV_KERNELS_X86
     const int rounds = argc > 1 ? std::atoi(argv[1]) : 7;
     const std::string isa = argc > 2 ? argv[2] : "avx512";
+    const int64_t only_rows = argc > 3 ? std::atoll(argv[3]) : 0;  // one shape's rows (0: all shapes)
     const bool use512 = isa == "avx512";
     if (!h2okv::core::cpu_supports(use512 ? h2okv::core::cpu_isa::avx512 : h2okv::core::cpu_isa::avx2)) {
         std::fprintf(stderr, "this CPU lacks %s\n", isa.c_str());
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
                 "int_plain", "x16/f32", "plain/f32");
     const std::pair<int64_t, int64_t> shapes[] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
     for (const auto& [rows, cols] : shapes) {
+        if (only_rows != 0 && rows != only_rows) continue;
         const std::vector<std::byte> bytes = random_q8_0(rows, cols);
         const k::matrix_view plain{tensor_type::q8_0, bytes.data(), rows, cols,
                                    k::row_size(tensor_type::q8_0, cols)};

@@ -33,6 +33,7 @@ using test_support::encoded_matrix;
 using test_support::random_floats;
 
 using rows_fn = void (*)(const matrix_view&, const float*, int, float*, int64_t, int64_t);
+using dot_rows_fn = void (*)(const matrix_view&, const q8_0_act*, int, float*, int64_t, int64_t);
 using quantize_fn = void (*)(const float*, int64_t, q8_0_act*);
 
 struct variant {
@@ -45,6 +46,20 @@ std::vector<variant> fast_variants() {
 #ifdef H2OKV_KERNELS_X86
     if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::matmul_rows});
     if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::matmul_rows});
+#endif
+    return v;
+}
+
+// The kernel_table::q8_0_rows variants one by one, so that a CPU with VNNI still checks the AVX2 kernel
+// without it.
+std::vector<std::pair<const char*, dot_rows_fn>> dot_variants() {
+    std::vector<std::pair<const char*, dot_rows_fn>> v;
+#ifdef H2OKV_KERNELS_X86
+    if (core::cpu_supports(core::cpu_isa::avx2))
+        v.emplace_back("avx2 without VNNI", &avx2::q8_0_dot_rows_no_vnni);
+    if (core::cpu_supports(core::cpu_isa::avx2) && avx2::cpu_has_avx_vnni())
+        v.emplace_back("avx2 with AVX-VNNI", &avx2::q8_0_dot_rows_avx_vnni);
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.emplace_back("avx512", &avx512::q8_0_dot_rows);
 #endif
     return v;
 }
@@ -241,6 +256,40 @@ TEST(Q8_0Act, VariantsMatchReferenceBitForBit) {
     }
     if (fast_variants().empty()) GTEST_SKIP() << "no SIMD variant on this CPU; the reference was checked";
     EXPECT_GE(compared, 200);
+}
+
+// Each integer kernel over the same quantised activations, packed and plain, row ranges split at groups.
+TEST(Q8_0Act, EveryKernelMatchesReferenceBitForBit) {
+    int compared = 0;
+    uint32_t seed = 60;
+    for (int64_t cols : {64, 576}) {
+        for (int64_t rows : {32, 7}) {
+            const encoded_matrix m = full_range_q8_0(rows, cols, seed++);
+            packed_weights packed;
+            const matrix_view pw = packed.pack(m.view());
+            for (int n_tok : {1, 2, 3, 4, 5, 6, 7, 8, 11, 13, 16}) {
+                const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), seed++);
+                std::vector<q8_0_act> xq(static_cast<size_t>(n_tok * cols / 32));
+                detail::quantize_q8_0_act(x.data(), n_tok * cols, xq.data());
+                std::vector<float> want(static_cast<size_t>(n_tok * rows), -1.0f);
+                ref::q8_0_rows(m.view(), xq.data(), n_tok, want.data(), 0, rows);
+                for (const auto& [name, fn] : dot_variants()) {
+                    for (const matrix_view& w : {m.view(), pw}) {
+                        std::vector<float> got(want.size(), -1.0f);
+                        const int64_t step = w.layout == weight_layout::q8_0_x16 ? 16 : rows;
+                        for (int64_t r0 = 0; r0 < rows; r0 += step)
+                            fn(w, xq.data(), n_tok, got.data(), r0, std::min(rows, r0 + step));
+                        ASSERT_TRUE(same_bits(want, got))
+                            << name << (w.layout == weight_layout::rows ? " plain" : " packed") << " rows "
+                            << rows << " cols " << cols << " n_tok " << n_tok;
+                        ++compared;
+                    }
+                }
+            }
+        }
+    }
+    if (dot_variants().empty()) GTEST_SKIP() << "no SIMD variant on this CPU";
+    EXPECT_GE(compared, 88);
 }
 
 TEST(Q8_0Act, PackingIsLossless) {

@@ -6,6 +6,7 @@
 
 #ifdef H2OKV_KERNELS_X86
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstring>
@@ -102,14 +103,37 @@ H2OKV_AVX2 void quantize_q8_0_act(const float* x, int64_t cols, detail::q8_0_act
     }
 }
 
-H2OKV_AVX2 void q8_0_dot_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
-                              int64_t r0, int64_t r1) {
+H2OKV_AVX2 void q8_0_dot_rows_no_vnni(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
+                                      int64_t r0, int64_t r1) {
     x86::q8_0_rows<q8v256>(w, xq, n_tok, y, r0, r1);
+}
+
+bool cpu_has_avx_vnni() {
+    static const bool has = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+        return (eax & (1u << 4)) != 0;  // CPUID.(EAX=7,ECX=1):EAX[4], AVX-VNNI
+    }();
+    return has;
+}
+
+void q8_0_dot_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                   int64_t r1) {
+    if (cpu_has_avx_vnni()) {
+        q8_0_dot_rows_avx_vnni(w, xq, n_tok, y, r0, r1);
+    } else {
+        q8_0_dot_rows_no_vnni(w, xq, n_tok, y, r0, r1);
+    }
 }
 
 H2OKV_AVX2 void matmul_q8_0_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                                  int64_t r1) {
-    x86::matmul_q8_0<q8v256>(w, x, n_tok, y, r0, r1, &quantize_q8_0_act);
+    const detail::q8_0_act* xq = detail::quantize_q8_0_tokens(x, n_tok, w.cols, &quantize_q8_0_act);
+    if (xq == nullptr) {
+        detail::matmul_q8_0_unbuffered(w, x, n_tok, y, r0, r1);
+        return;
+    }
+    q8_0_dot_rows(w, xq, n_tok, y, r0, r1);
 }
 
 }  // namespace h2okv::kernels::avx2

@@ -21,7 +21,7 @@
 #define H2OKV_AVX512_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define H2OKV_Q8_TARGET H2OKV_AVX512_VNNI
-#define H2OKV_Q8_VNNI 1
+#define H2OKV_Q8_VNNI _mm256_dpbusd_epi32
 #include "kernels/x86/q8_0_tiles.h"
 
 namespace h2okv::kernels::avx512 {

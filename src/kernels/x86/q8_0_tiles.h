@@ -9,13 +9,14 @@
 //     sums together, so the float step runs with the eight outputs in the lanes.
 // Either way the integer sums are exact and each output's float steps are kernels/q8_0_act.h's, one fma per
 // block in block order, so the bits equal the reference's. Included by q8_0_avx2.cpp and q8_0_avx512.cpp
-// with H2OKV_Q8_TARGET (the target attribute) and, for vpdpbusd, H2OKV_Q8_VNNI defined, and traits V:
-// ireg/freg, lanes, q8_tokens, iload(const int32_t*), ibcast(const void*) (4 bytes to every lane),
-// to_float, fzero, fbcast, fmul, ffma, fstore, f16_load(p) (`lanes` halves), q8_weights(raw packed word
-// vector) -> the operand q8_dot takes, q8_dot(acc, weights, x): acc + the 4-byte dot products of the rows'
-// weights with x (the unsigned bytes q + 128 for vpdpbusd, q itself otherwise), q8_init(bias): the
-// accumulator a block starts from (the activations' `bias`, -128 * sum(x), where q8_dot multiplies q + 128,
-// else 0), so that the block's sum is exactly sum q * x.
+// (and q8_0_avxvnni.cpp) with H2OKV_Q8_TARGET (the target attribute) and, where vpdpbusd exists,
+// H2OKV_Q8_VNNI defined as its 256-bit intrinsic (_mm256_dpbusd_epi32 with AVX512-VL, _mm256_dpbusd_avx_epi32
+// with AVX-VNNI), and traits V: ireg/freg, lanes, q8_tokens, iload(const int32_t*), ibcast(const void*) (4
+// bytes to every lane), to_float, fzero, fbcast, fmul, ffma, fstore, f16_load(p) (`lanes` halves),
+// q8_weights(raw packed word vector) -> the operand q8_dot takes, q8_dot(acc, weights, x): acc + the 4-byte
+// dot products of the rows' weights with x (the unsigned bytes q + 128 for vpdpbusd, q itself otherwise),
+// q8_init(bias): the accumulator a block starts from (the activations' `bias`, -128 * sum(x), where q8_dot
+// multiplies q + 128, else 0), so that the block's sum is exactly sum q * x.
 #pragma once
 
 #include <immintrin.h>
@@ -123,7 +124,7 @@ H2OKV_Q8_TARGET inline q8_row_block q8_row_weights(const std::byte* qs) {
     r.w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
 #ifdef H2OKV_Q8_VNNI
     r.bias = _mm256_sub_epi32(_mm256_setzero_si256(),
-                              _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(-128), r.w));
+                              H2OKV_Q8_VNNI(_mm256_setzero_si256(), _mm256_set1_epi8(-128), r.w));
 #else
     r.abs_w = _mm256_abs_epi8(r.w);
 #endif
@@ -142,7 +143,7 @@ H2OKV_Q8_TARGET inline __m256i q8_row_activations(const int8_t* x) {
 
 H2OKV_Q8_TARGET inline __m256i q8_row_dot(const q8_row_block& r, __m256i x) {
 #ifdef H2OKV_Q8_VNNI
-    return _mm256_dpbusd_epi32(r.bias, x, r.w);
+    return H2OKV_Q8_VNNI(r.bias, x, r.w);
 #else
     // |w| * (x with w's sign): pairs up to 2 * 128 * 127, inside vpmaddubsw's int16.
     return _mm256_madd_epi16(_mm256_maddubs_epi16(r.abs_w, _mm256_sign_epi8(x, r.w)), _mm256_set1_epi16(1));
@@ -274,19 +275,6 @@ H2OKV_Q8_TARGET void q8_0_rows(const matrix_view& w, const detail::q8_0_act* xq,
     } else {
         q8_0_plain_rows(w, xq, n_tok, y, r0, r1);
     }
-}
-
-// Rows [r0, r1) of a Q8_0 product from f32 activations: quantised into this thread's buffer with `quantize`,
-// or block by block when it cannot be allocated.
-template <typename V>
-H2OKV_Q8_TARGET void matmul_q8_0(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
-                                 int64_t r1, detail::quantize_q8_0_fn quantize) {
-    const detail::q8_0_act* xq = detail::quantize_q8_0_tokens(x, n_tok, w.cols, quantize);
-    if (xq == nullptr) {
-        detail::matmul_q8_0_unbuffered(w, x, n_tok, y, r0, r1);
-        return;
-    }
-    q8_0_rows<V>(w, xq, n_tok, y, r0, r1);
 }
 
 }  // namespace
