@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 namespace h2okv::cli {
@@ -214,7 +215,8 @@ result<loaded_model> load_model(const std::string& path) {
 
 status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length) {
     H2OKV_ASSIGN_OR_RETURN(const std::string w, engine::session::position_warning(m, p, run_length));
-    if (!w.empty()) fmt::print(stderr, "h2okv: warning: {}\n", w);
+    static std::set<std::string> printed;
+    if (!w.empty() && printed.insert(w).second) fmt::print(stderr, "h2okv: warning: {}\n", w);
     return ok_status();
 }
 

@@ -118,7 +118,8 @@ struct loaded_model {
 };
 result<loaded_model> load_model(const std::string& path);
 
-// Prints session::position_warning's sentence, if any, as "h2okv: warning: ..." to stderr.
+// Prints session::position_warning's sentence, if any, as "h2okv: warning: ..." to stderr, once per process
+// (a sweep's runs share it).
 status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length);
 
 // Prints "h2okv: error: <message>" to stderr and returns 1.

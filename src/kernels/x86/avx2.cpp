@@ -495,10 +495,18 @@ H2OKV_AVX2 void softmax(float* x, int n) {
 
 namespace h2okv::kernels::detail {
 const kernel_table& avx2_table() {
-    static const kernel_table t{
-        isa::avx2,          &avx2::matmul_rows,       &avx2::dequantize_row, &avx2::softmax,
-        &avx2::attend,      &avx2::rmsnorm,           &avx2::swiglu,         &avx2::quantize_q8k,
-        &avx2::kquant_rows, &avx2::quantize_q8_0_act, &avx2::q8_0_dot_rows};
+    static const kernel_table t{isa::avx2,
+                                &avx2::matmul_rows,
+                                &avx2::dequantize_row,
+                                &avx2::softmax,
+                                &avx2::attend,
+                                &avx2::rmsnorm,
+                                &avx2::swiglu,
+                                &avx2::quantize_q8k,
+                                &avx2::kquant_rows,
+                                &avx2::turn_rows,
+                                &avx2::quantize_q8_0_act,
+                                &avx2::q8_0_dot_rows};
     return t;
 }
 
