@@ -142,14 +142,14 @@ std::vector<double> run_numpy(const std::string& model_path, const std::vector<i
 // part of the rounding's own effect on the logits (every element moved by up to half a step), which the
 // reference measures by running again without rounding. The bound is 1e-4 plus a quarter of that effect: an
 // engine that did not round, or rounded differently (truncation, another scale), would be off by about the
-// whole effect and fail. With Q4_K/Q6_K weights both sides also round the activations of those products to 8
-// bits (src/kernels/q8k.h), thousands of elements per position, and there one straddled midpoint is not
-// small: on the Q4_K case below a single element (x * 127/amax = -16.5000019 in float64, just above -16.5 in
-// the engine) moves every later position's logits by 1.1 % of the largest, about half the rounding's whole
-// effect, and with that element rounded the engine's way the two agree to 1e-7 again. So for these models
-// the bound is 1e-4 plus the whole effect: it catches a wrong matrix, layout or scale (errors of order
-// one), and the exact rounding is checked where both sides see the same activations
-// (KQuantProductsOnModelTensors, and bit for bit in tests/kernels/kquant_test.cpp).
+// whole effect and fail. With Q4_K/Q6_K/Q8_0 weights both sides also round the activations of those products
+// to 8 bits (src/kernels/q8k.h, src/kernels/q8_0_act.h), thousands of elements per position, and there one
+// straddled midpoint is not small: on the Q4_K case below a single element (x * 127/amax = -16.5000019 in
+// float64, just above -16.5 in the engine) moves every later position's logits by 1.1 % of the largest, about
+// half the rounding's whole effect, and with that element rounded the engine's way the two agree to 1e-7
+// again. So for these models the bound is 1e-4 plus the whole effect: it catches a wrong matrix, layout or
+// scale (errors of order one), and the exact rounding is checked where both sides see the same activations
+// (KQuantProductsOnModelTensors, and bit for bit in tests/kernels/kquant_test.cpp and q8_0_test.cpp).
 void compare(const std::string& model_path, const std::vector<int32_t>& tokens, const run_config& c) {
     SCOPED_TRACE(model_path + " " + c.policy + " chunk " + std::to_string(c.chunk) + " kv " + c.kv_type);
     auto file = gguf::file::open(model_path);
@@ -178,7 +178,8 @@ void compare(const std::string& model_path, const std::vector<int32_t>& tokens, 
     double tolerance = 1e-4;
     bool k_quant = false;
     for (const auto& t : (*file)->tensors())
-        k_quant = k_quant || t.type == gguf::tensor_type::q4_k || t.type == gguf::tensor_type::q6_k;
+        k_quant = k_quant || t.type == gguf::tensor_type::q4_k || t.type == gguf::tensor_type::q6_k ||
+                  t.type == gguf::tensor_type::q8_0;
     if (c.kv_type != "f32" || k_quant) {
         run_config unrounded = c;
         unrounded.kv_type = "f32";
@@ -320,7 +321,8 @@ TEST(EngineVsNumpy, Architectures) {
 TEST(EngineVsNumpy, KQuantProductsOnModelTensors) {
     const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_kq_{}", ::getpid());
     fs::create_directories(dir);
-    for (gguf::tensor_type type : {gguf::tensor_type::q4_k, gguf::tensor_type::q6_k}) {
+    for (gguf::tensor_type type :
+         {gguf::tensor_type::q4_k, gguf::tensor_type::q6_k, gguf::tensor_type::q8_0}) {
         const std::string tname = gguf::tensor_type_name(static_cast<uint32_t>(type));
         auto bytes = model::synthesize_model({512, 1, 8, 2, 768, 300, 2048, false}, type, 11);
         ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();

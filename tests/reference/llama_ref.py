@@ -26,7 +26,9 @@ unrounded d, value fp16(d) * (q - 8)). Attention then reads the rounded values.
 
 Products with Q4_K or Q6_K weights first round their activations as the engine does (src/kernels/q8k.h):
 per position and block of 256, in float32, d = max|x| / 127 and q = round-half-even(clamp(x * (127 / max|x|),
--127, 127)); the product then uses d * q. --no-act-quant skips that (to measure the rounding's own effect).
+-127, 127)); the product then uses d * q. Products with Q8_0 weights round them the same way per block of 32
+with d stored as fp16, as llama.cpp's quantize_row_q8_0 (src/kernels/q8_0_act.h). --no-act-quant skips that
+(to measure the rounding's own effect).
 
 --out writes the logits of every processed position as float64 [n_tokens][n_vocab]; --trace writes one JSON
 line per chunk after its evictions: {"pos": last position of the chunk, "kept": [[positions of layer 0 KV
@@ -294,9 +296,10 @@ class Llama:
         t = gguf.tensor
         self.tok_embd = t("token_embd.weight")
         self.n_vocab = self.tok_embd.shape[0]
-        # Per matrix: whether its product quantises the activations (k-quant weights, as the engine).
+        # Per matrix: the rounding its product applies to the activations (k-quant and Q8_0 weights, as the
+        # engine), or None.
         def kq(name):
-            return act_quant and gguf.tensors[name][1] in (T_Q4_K, T_Q6_K)
+            return act_quantiser(gguf.tensors[name][1]) if act_quant else None
         self.layers, self.quantises = [], {}
         for i in range(self.n_layer):
             self.layers.append(arch_layer(gguf, i, self.n_head * self.head_dim, self.n_kv * self.head_dim))
@@ -311,8 +314,8 @@ class Llama:
     def linear(self, x, layer, name):
         """x @ W.T (+ the bias, where the file has one) for layer `layer`'s matrix `name`, rounding x first
         where the engine does."""
-        if self.quantises[layer][name]:
-            x = quantize_q8k(x)
+        if self.quantises[layer][name] is not None:
+            x = self.quantises[layer][name](x)
         return x @ self.layers[layer][name].T + self.layers[layer].get(name + ".bias", 0.0)
 
     def head_norm(self, x, layer, name):
@@ -444,6 +447,26 @@ def quantize_q8k(x):
     q = np.rint(np.clip(b * iscale, np.float32(-127), np.float32(127)))
     d = (amax / np.float32(127)).astype(np.float32)
     return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+
+
+def quantize_q8_0(x):
+    """x: [..][n], n a multiple of 32 -> the activations the engine's Q8_0 products multiply, float64."""
+    b = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        iscale = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(np.clip(b * iscale, np.float32(-127), np.float32(127)))
+    d = (amax / np.float32(127)).astype(np.float32).astype(np.float16)
+    return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+
+
+def act_quantiser(tensor_type):
+    """The activation rounding of the engine's products with weights of `tensor_type`, or None."""
+    if tensor_type in (T_Q4_K, T_Q6_K):
+        return quantize_q8k
+    if tensor_type == T_Q8_0:
+        return quantize_q8_0
+    return None
 
 
 def round_kv(x, kv_type):
@@ -624,7 +647,8 @@ class Run:
             g = m.linear(h, li, "ffn_gate")
             x = x + m.linear(g / (1.0 + np.exp(-g)) * m.linear(h, li, "ffn_up"), li, "ffn_down")
         xo = m.rmsnorm(x, m.output_norm)
-        logits = (quantize_q8k(xo) if m.output_quantises else xo) @ m.output.T + m.output_bias
+        xo = m.output_quantises(xo) if m.output_quantises is not None else xo
+        logits = xo @ m.output.T + m.output_bias
         self._update_scores(weights, C, c0, c1)
         self.kept[:, c0:c1] = True
         self.n = c1
@@ -765,8 +789,9 @@ def main(argv=None):
     gguf = Gguf(args.model)
     if args.matmul is not None:
         x = np.load(args.x).astype(np.float64)
-        if not args.no_act_quant and gguf.tensors[args.matmul][1] in (T_Q4_K, T_Q6_K):
-            x = quantize_q8k(x)
+        quantise = act_quantiser(gguf.tensors[args.matmul][1])
+        if not args.no_act_quant and quantise is not None:
+            x = quantise(x)
         np.save(args.out, x @ gguf.tensor(args.matmul).T)
         return 0
     if args.tokens is not None:

@@ -50,6 +50,7 @@ uint16_t fp32_to_bf16(float f) noexcept;
 enum class weight_layout : uint8_t {
     rows,      // rows contiguous, ggml's blocks
     q4_k_x16,  // Q4_K, 16 rows interleaved with their scales unpacked (src/kernels/q4_k_x16.h)
+    q8_0_x16,  // Q8_0, 16 rows interleaved, weights as unsigned bytes (src/kernels/q8_0_x16.h)
 };
 
 struct matrix_view {
@@ -62,8 +63,9 @@ struct matrix_view {
 };
 
 // Weight matrices repacked once, at load time, into the layout the products read fastest; the products give
-// the same bits as over the plain rows. Today: Q4_K matrices whose rows are a multiple of 16 (decode and
-// small batches then read one interleaved stream instead of unpacking every block's scales per row).
+// the same bits as over the plain rows. Today: Q4_K and Q8_0 matrices whose rows are a multiple of 16 (decode
+// and small batches then read one interleaved stream: no per-row scale unpacking for Q4_K, one vpdpbusd per
+// four weights of 16 rows for Q8_0).
 // H2OKV_PACK_WEIGHTS=0 in the environment turns packing off (to compare).
 //
 //   kernels::packed_weights packed;
