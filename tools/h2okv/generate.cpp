@@ -59,6 +59,15 @@ void print_stats(const engine::session& s, const engine::generation& g, int64_t 
     fmt::print(stderr, "kv kept: {} positions per unit on average ({} in all), evicted: {} ({} per unit)\n",
                static_cast<double>(s.cache().kept_total()) / units, s.cache().kept_total(),
                pol.total_evictions(), static_cast<double>(pol.total_evictions()) / units);
+    if (s.cache().window_policy() != nullptr) {
+        const auto& hp = s.cache().hparams();
+        fmt::print(
+            stderr,
+            "kv window layers: {} of {} layers slide over {} positions, outside the policy: {} slots per "
+            "KV head each (the units above are the {} global layers')\n",
+            hp.n_sliding(), hp.n_layer, hp.sliding_window, s.cache().window_capacity(),
+            hp.n_layer - hp.n_sliding());
+    }
     fmt::print(stderr, "kv bytes: {} allocated (K and V in {}); a full cache for this run: {} ({:.2f}x)\n",
                s.cache().bytes(), kv::kv_type_name(s.cache().type()), full_bytes,
                s.cache().bytes() > 0
