@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -160,7 +161,7 @@ TEST(ArchLoad, GemmaLayerKinds) {
     EXPECT_EQ(h2.sliding_window, 16);
     EXPECT_EQ(h2.attn_softcap, 7.0f);
     EXPECT_EQ(h2.final_softcap, 30.0f) << "llama.cpp's default when the file has none";
-    EXPECT_FLOAT_EQ(h2.attention_scale(), 1.0f / 8.0f);
+    EXPECT_FLOAT_EQ(h2.attention_scale(), 1.0f / std::sqrt(32.0f)) << "1 / sqrt(head_dim)";
     EXPECT_EQ(h2.rope(0).inv_freq, h2.rope(1).inv_freq) << "gemma2's local layers rotate as the global";
     g2.sliding_window = 0;
     g2.attn_softcap = 0.0f;
