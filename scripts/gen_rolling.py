@@ -118,9 +118,9 @@ def stream_section(rows, lines, img_dir):
         axes[1].plot(xs, [r["tokens_per_s"] for r in rs], label=p)
     lines.append("")
     for p, g in growths:
-        lines.append(f"Resident memory grows by {g:.1f} bytes per token under {p}: the KV cache and work buffers "
-                     "are fixed, and `generate` keeps the generated token ids (4 bytes each) that "
-                     "`engine::generate` returns.\n")
+        lines.append(f"Resident memory changes by {g:.2f} bytes per token under {p} between the first and the last "
+                     "line: the KV cache and work buffers are fixed, and `generate` prints each token as it comes "
+                     "and keeps no list of them (`generation_params::keep_tokens`).\n")
     axes[0].set_ylabel("resident memory (MiB)")
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylabel("tokens/s")

@@ -22,7 +22,8 @@ result<generation> generate(session& s, std::span<const int32_t> prompt, const g
     H2OKV_RETURN_IF_ERROR(s.process(prompt, model::logits_mode::last, &logits));
     for (int i = 0; i < p.n_predict; ++i) {
         const int32_t id = smp.sample(logits);
-        g.tokens.push_back(id);
+        if (p.keep_tokens) g.tokens.push_back(id);
+        ++g.n_generated;
         if (on_token) on_token(id);
         if (!p.ignore_eos && is_end && is_end(id)) {
             g.stopped_at_eos = true;

@@ -26,6 +26,8 @@ struct kernel_table {
     quantize_q8k_fn quantize_q8k;
     void (*kquant_rows)(const matrix_view& w, const q8k_block* xq, int n_tok, float* y, int64_t r0,
                         int64_t r1);
+    void (*turn_rows)(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+                      int rope_dim, rope_pairing p, const float* tables, float* dst);
 };
 
 const kernel_table& reference_table();

@@ -56,9 +56,9 @@ const detail::kernel_table& table() {
 namespace detail {
 
 const kernel_table& reference_table() {
-    static const kernel_table t{isa::reference, &ref::matmul_rows,     &ref::dequantize_row,
-                                &ref::softmax,  &ref::attend,          &ref::rmsnorm,
-                                &ref::swiglu,   &detail::quantize_q8k, &ref::kquant_rows};
+    static const kernel_table t{
+        isa::reference, &ref::matmul_rows, &ref::dequantize_row,  &ref::softmax,     &ref::attend,
+        &ref::rmsnorm,  &ref::swiglu,      &detail::quantize_q8k, &ref::kquant_rows, &ref::turn_rows};
     return t;
 }
 
@@ -149,6 +149,11 @@ void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept 
 
 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept {
     table().dequantize_row(t, src, n, dst);
+}
+
+void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+               int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept {
+    table().turn_rows(k, head_dim, slots, turns, n, rope_dim, p, tables, dst);
 }
 
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out) noexcept {

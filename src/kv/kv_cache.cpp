@@ -111,9 +111,9 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     // one layer's units (double per slot).
     const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
     fp.table_bytes += pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
-    // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (2 rope_dim
+    // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (rope_dim
     // floats per slot and distinct rope of the layers), one layer's keys in f32 (head_dim floats per slot and
-    // KV head).
+    // KV head) and the turn of each of them (int32 per slot and KV head).
     fp.rolling = pf.positions == policy::position_mode::rolling;
     if (fp.rolling) {
         if (hp.layer_rope.size() != static_cast<size_t>(hp.n_layer) || hp.rope_specs.empty()) {
@@ -123,7 +123,7 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
         }
         const auto specs = static_cast<int64_t>(hp.rope_specs.size());
         fp.table_bytes +=
-            pf.capacity * (4 * pf.n_units + 8 * hp.rope_dim * specs + 4 * hp.n_kv_head * hp.head_dim);
+            pf.capacity * (4 * pf.n_units + 4 * hp.rope_dim * specs + 4 * hp.n_kv_head * (hp.head_dim + 1));
     }
     H2OKV_RETURN_IF_ERROR(check_memory(hp, fp, type));
     return fp;
@@ -171,14 +171,15 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
             c->rolling_ = true;
             const auto rd = static_cast<size_t>(hp.rope_dim);
             c->admitted_.assign(units * cap, 0);
-            c->turns_.resize(hp.rope_specs.size() * cap * 2 * rd);
+            c->turns_.resize(hp.rope_specs.size() * cap * rd);
             for (size_t r = 0; r < hp.rope_specs.size(); ++r) {
                 for (size_t d = 0; d < cap; ++d)
                     model::rope_turn_table(hp.rope_specs[r], -static_cast<int64_t>(d),
-                                           &c->turns_[(r * cap + d) * 2 * rd]);
+                                           &c->turns_[(r * cap + d) * rd]);
             }
             const size_t rows = static_cast<size_t>(hp.n_kv_head) * cap * static_cast<size_t>(hp.head_dim);
             c->rolled_k_.assign(rows, 0.0f);
+            c->turn_of_.assign(static_cast<size_t>(hp.n_kv_head) * cap, 0);
         }
     } catch (const std::bad_alloc&) {
         return out_of_memory("could not allocate the KV cache's slot lists ({} units of {} slots)",
@@ -326,31 +327,21 @@ void kv_cache::roll_keys(int layer, int g, int n_chunk) {
     const int u = policy_->unit_of(layer, g);
     const auto& slots = attended_[static_cast<size_t>(u)];
     const int n_kept = n_kept_[static_cast<size_t>(u)];
-    const auto hd = static_cast<size_t>(hp_.head_dim);
-    const auto rd = static_cast<size_t>(hp_.rope_dim);
     const size_t cap = static_cast<size_t>(capacity());
-    float* k = &rolled_k_[static_cast<size_t>(g) * cap * hd];
-    const kernels::kv_rows sk = store_.k(layer, g);
     const auto rolling = policy_->slot_rolling_positions(u);
     const int32_t* adm = &admitted_[static_cast<size_t>(u) * cap];
-    const kernels::rope_spec& rope = hp_.rope(layer);
-    const float* turns =
-        &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap * 2 * rd];
-    const int n = n_kept + n_chunk;
-    // Rows to convert: those attended, or in one call every row up to the highest attended when they are at
-    // least half of them (decode: nearly all slots are held).
-    int32_t high = n_kept > 0 ? slots[static_cast<size_t>(n_kept - 1)] : 0;  // kept slots ascend
-    for (int j = n_kept; j < n; ++j) high = std::max(high, slots[static_cast<size_t>(j)]);
-    const bool dense = 2 * static_cast<int64_t>(n) > high;
-    if (dense) kernels::dequantize_row(sk.type, sk.data, (int64_t{high} + 1) * hp_.head_dim, k);
-    for (int j = 0; j < n; ++j) {
+    int32_t* turn = &turn_of_[static_cast<size_t>(g) * cap];
+    // A chunk token is attended at its admission position; a kept one has dropped by d >= 0 since.
+    for (int j = 0; j < n_kept; ++j) {
         const auto slot = static_cast<size_t>(slots[static_cast<size_t>(j)]);
-        float* row = k + slot * hd;
-        if (!dense) kernels::dequantize_row(sk.type, sk.data + slot * sk.row_bytes, hp_.head_dim, row);
-        // A chunk token is attended at its admission position; a kept one has dropped by d >= 0 since.
-        const int32_t d = j < n_kept ? adm[slot] - rolling[slot] : 0;
-        if (d != 0) model::rope_turn(rope, row, &turns[static_cast<size_t>(d) * 2 * rd]);
+        turn[j] = adm[slot] - rolling[slot];
     }
+    std::fill(turn + n_kept, turn + n_kept + n_chunk, 0);
+    const kernels::rope_spec& rope = hp_.rope(layer);
+    const float* tables = &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap *
+                                  static_cast<size_t>(hp_.rope_dim)];
+    kernels::turn_rows(store_.k(layer, g), hp_.head_dim, slots.data(), turn, n_kept + n_chunk, hp_.rope_dim,
+                       rope.pairing, tables, &rolled_k_[static_cast<size_t>(g) * cap * hp_.head_dim]);
 }
 
 status kv_cache::end_chunk() {

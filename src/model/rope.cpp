@@ -93,17 +93,16 @@ void rope_turn_table(const kernels::rope_spec& s, int64_t delta, float* turn_tab
     kernels::rope_spec turn = s;
     turn.magnitude = 1.0;  // a pure rotation
     const int dim = s.rope_dim;
+    if (s.pairing == kernels::rope_pairing::normal) {
+        kernels::rope_rotation(turn, delta, turn_table);  // (cos, sin) per pair, interleaved
+        return;
+    }
     std::vector<float> cs(static_cast<size_t>(dim));
     kernels::rope_rotation(turn, delta, cs.data());
     const int half = dim / 2;
     for (int i = 0; i < half; ++i) {
-        // Pair i is (a, b): a' = a c - b s, b' = b c + a s.
-        const bool normal = s.pairing == kernels::rope_pairing::normal;
-        const int a = normal ? 2 * i : i;
-        const int b = normal ? 2 * i + 1 : i + half;
-        turn_table[a] = turn_table[b] = cs[static_cast<size_t>(2 * i)];
-        turn_table[dim + a] = -cs[static_cast<size_t>(2 * i + 1)];
-        turn_table[dim + b] = cs[static_cast<size_t>(2 * i + 1)];
+        turn_table[i] = cs[static_cast<size_t>(2 * i)];
+        turn_table[half + i] = cs[static_cast<size_t>(2 * i + 1)];
     }
 }
 

@@ -1,5 +1,5 @@
-// rmsnorm, rope, softmax, swiglu (reference and SIMD variants) against direct formulas evaluated in long
-// double, and the SIMD softmax against the reference.
+// rmsnorm, rope, turn_rows, softmax, swiglu (reference and SIMD variants) against direct formulas evaluated
+// in long double, and the SIMD softmax against the reference.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -167,6 +167,83 @@ TEST(Rope, SpecTableIsItsFrequenciesAndMagnitude) {
         }
     }
 }
+
+// turn_rows with a table of the rotation by -d (as model::rope_turn_table writes it) takes a key rotated at
+// position p to the key rotated at p - d: every rotated dim within a few float roundings.
+TEST(TurnRows, TurnsRotatedKeysBack) {
+    const int head_dim = 64;
+    const int rope_dim = 48;
+    const int64_t p = 1000;
+    const int d = 37;
+    for (rope_pairing pairing : {rope_pairing::normal, rope_pairing::neox}) {
+        const std::vector<float> x = random_floats(head_dim, 5);
+        std::vector<float> at_p = x;
+        std::vector<float> want = x;
+        rope(at_p.data(), 1, head_dim, rope_dim, p, 10000.0f, pairing);
+        rope(want.data(), 1, head_dim, rope_dim, p - d, 10000.0f, pairing);
+        // Tables for turns 0 .. d; only d's is filled: per pair its cosine and sine, interleaved (normal) or
+        // all cosines then all sines (neox).
+        std::vector<float> tables(static_cast<size_t>(d + 1) * rope_dim, 0.0f);
+        std::vector<float> cs(rope_dim);
+        rope_rotation(-d, rope_dim, 10000.0f, cs.data());
+        float* t = &tables[static_cast<size_t>(d) * rope_dim];
+        for (int i = 0; i < rope_dim / 2; ++i) {
+            const bool normal = pairing == rope_pairing::normal;
+            t[normal ? 2 * i : i] = cs[static_cast<size_t>(2 * i)];
+            t[normal ? 2 * i + 1 : rope_dim / 2 + i] = cs[static_cast<size_t>(2 * i + 1)];
+        }
+        const kv_rows k{core::tensor_type::f32, reinterpret_cast<const std::byte*>(at_p.data()),
+                        head_dim * sizeof(float)};
+        const int32_t slot = 0;
+        const int32_t turn = d;
+        std::vector<float> got(head_dim);
+        turn_rows(k, head_dim, &slot, &turn, 1, rope_dim, pairing, tables.data(), got.data());
+        for (int e = 0; e < head_dim; ++e)
+            EXPECT_NEAR(got[static_cast<size_t>(e)], want[static_cast<size_t>(e)], 1e-5) << "dim " << e;
+    }
+}
+
+#ifdef H2OKV_KERNELS_X86
+// The AVX2 turn_rows against the reference, bit for bit: every KV type, both pairings, rotated dims that fill
+// 8-lane chunks and ones that leave a tail, turns of 0 (decode only) and not, slots in any order; rows not
+// named stay untouched.
+TEST(TurnRows, Avx2EqualsReferenceBitForBit) {
+    if (!core::cpu_supports(core::cpu_isa::avx2)) GTEST_SKIP() << "CPU has no AVX2";
+    const int cap = 40;
+    const int n_tables = 9;
+    for (core::tensor_type type : {core::tensor_type::f32, core::tensor_type::f16, core::tensor_type::q8_0}) {
+        for (int head_dim : {8, 32, 64, 96, 128}) {
+            if (type == core::tensor_type::q8_0 && head_dim % 32 != 0) continue;
+            for (int rope_dim : {2, 6, 8, 16, 24, head_dim / 2, head_dim}) {
+                if (rope_dim > head_dim || rope_dim % 2 != 0) continue;
+                for (rope_pairing pairing : {rope_pairing::normal, rope_pairing::neox}) {
+                    const auto seed = static_cast<uint32_t>(head_dim * 131 + rope_dim);
+                    const test_support::encoded_matrix m =
+                        test_support::encode_matrix(type, cap, head_dim, seed, 4);
+                    const kv_rows k{type, m.bytes.data(), m.row_bytes};
+                    const std::vector<float> tables =
+                        random_floats(static_cast<size_t>(n_tables) * rope_dim, seed + 1);
+                    std::vector<int32_t> slots, turns;
+                    for (int s = cap - 1; s >= 0; s -= 3) {
+                        slots.push_back(s);
+                        turns.push_back(static_cast<int32_t>(slots.size() % n_tables));
+                    }
+                    const auto n = static_cast<int>(slots.size());
+                    std::vector<float> want(static_cast<size_t>(cap * head_dim), -7.0f);
+                    std::vector<float> got = want;
+                    ref::turn_rows(k, head_dim, slots.data(), turns.data(), n, rope_dim, pairing,
+                                   tables.data(), want.data());
+                    avx2::turn_rows(k, head_dim, slots.data(), turns.data(), n, rope_dim, pairing,
+                                    tables.data(), got.data());
+                    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                        << core::tensor_type_label(type) << " head_dim " << head_dim << " rope_dim "
+                        << rope_dim << (pairing == rope_pairing::normal ? " normal" : " neox");
+                }
+            }
+        }
+    }
+}
+#endif
 
 // exp(x_i - m) / sum, exact in long double for the same float differences x_i - m the kernels form.
 std::vector<long double> softmax_exact(const std::vector<float>& x) {

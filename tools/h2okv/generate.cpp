@@ -84,6 +84,7 @@ int run_generate(const generate_options& o) {
 
     auto gp = o.gen.to_params();
     if (!gp.ok()) return fail(gp.error());
+    gp->keep_tokens = false;  // printed as they come: a million-token stream holds no list of them
 
     auto sp = o.kv.to_session_params(o.model.n_ctx);
     if (!sp.ok()) return fail(sp.error());

@@ -19,11 +19,15 @@ struct generation_params {
     int n_predict = 128;  // tokens to generate (the prompt not included)
     sampler_params sampling;
     bool ignore_eos = false;
+    // false: generation::tokens stays empty (on_token sees every token; generation::n_generated counts them),
+    // so an unbounded stream under an evicting policy holds nothing that grows with its length.
+    bool keep_tokens = true;
     status validate() const;
 };
 
 struct generation {
     std::vector<int32_t> tokens;  // generated tokens (an end-of-generation token that stopped it included)
+    int64_t n_generated = 0;      // how many, whether or not they are kept (generation_params::keep_tokens)
     bool stopped_at_eos = false;
 };
 

@@ -187,6 +187,17 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
             int n, float scale, float* out, float* weights, size_t weights_stride,
             double* score_row) noexcept;
 
+// Rolling positions (h2okv/kv/kv_cache.h) keep K rows rotated at their admission positions and turn them to
+// their places in the cache when they are attended. For each j < n: decodes row slots[j] of k (head_dim
+// elements) into dst + slots[j] * head_dim as f32 and, where turns[j] != 0, turns its first rope_dim dims by
+// the table at tables + turns[j] * rope_dim (h2okv/model/rope.h writes them: rope_turn_table): pair i's
+// cosine c and sine s, at t[2i], t[2i + 1] for normal pairing and t[i], t[rope_dim / 2 + i] for neox, turn
+// its dims (a, b) to
+//   x'[a] = x[a] * c - x[b] * s,   x'[b] = x[b] * c + x[a] * s
+// in float, each product rounded, then the difference or sum: the same bits on every ISA.
+void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+               int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept;
+
 // Gemma's blocks (src/kernels/gemma.cpp): one scalar implementation each, used by every ISA (they are a
 // small part of a step; no SIMD twin to keep in step).
 //

@@ -157,12 +157,13 @@ private:
 
     // Rolling positions: per unit and slot, the position a stored key was rotated at ([unit][capacity]);
     // per distinct rope of the layers (hparams::rope_specs), the turns by -d for d in [0, capacity)
-    // ([spec][capacity][2 * rope_dim], model::rope_turn_table); one
-    // layer's keys, turned, in f32 ([n_kv_head][capacity][head_dim]).
+    // ([spec][capacity][rope_dim], model::rope_turn_table); one layer's keys, turned, in f32
+    // ([n_kv_head][capacity][head_dim]), and by how much each attended one turns ([n_kv_head][capacity]).
     bool rolling_ = false;
     std::vector<int32_t> admitted_;
     std::vector<float> turns_;
     std::vector<float> rolled_k_;
+    std::vector<int32_t> turn_of_;
 
     // The open chunk.
     int64_t chunk_first_ = 0;

@@ -47,27 +47,9 @@ kernels::rope_spec make_rope_spec(int rope_dim, float freq_base, kernels::rope_p
 // Turning a key already rotated at one position to another (rolling positions, h2okv/kv/kv_cache.h).
 // Rotations compose: a key rotated at p and turned by d is the key rotated at p + d, up to float rounding;
 // the magnitude (yarn's) was applied once, when the key was rotated, and a turn does not apply it again.
-// rope_turn_table writes the turn by `delta` positions (any sign) of spec s in the form rope_turn reads:
-// [2 * rope_dim] floats, per rotated dim e its cosine, then per e the signed sine its pair partner is
-// multiplied by (from kernels::rope_rotation's angles).
+// rope_turn_table writes the turn by `delta` positions (any sign) of spec s in the form kernels::turn_rows
+// reads: [rope_dim] floats, each pair's cosine and sine (from kernels::rope_rotation's angles), interleaved
+// for normal pairing, all cosines then all sines for neox.
 void rope_turn_table(const kernels::rope_spec& s, int64_t delta, float* turn_table);
-// Rotates one head's vector x ([rope_dim] leading floats of it) in place by a rope_turn_table: the result of
-// kernels::rope_apply with the same angles. Inline: a cache turns hundreds of keys per layer and step.
-inline void rope_turn(const kernels::rope_spec& s, float* x, const float* turn_table) {
-    const int dim = s.rope_dim;
-    const float* c = turn_table;
-    const float* sn = turn_table + dim;
-    const int half = dim / 2;
-    const int step = s.pairing == kernels::rope_pairing::normal ? 2 : 1;
-    const int gap = s.pairing == kernels::rope_pairing::normal ? 1 : half;
-    for (int i = 0; i < half; ++i) {
-        const int a = step * i;
-        const int b = a + gap;
-        const float xa = x[a];
-        const float xb = x[b];
-        x[a] = xa * c[a] + xb * sn[a];
-        x[b] = xb * c[b] + xa * sn[b];
-    }
-}
 
 }  // namespace h2okv::model

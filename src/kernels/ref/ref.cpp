@@ -254,6 +254,31 @@ void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* 
         rotate_pair(x, n_heads, head_dim, i, rope_dim, cos_sin[2 * i], cos_sin[2 * i + 1], p);
 }
 
+void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+               int rope_dim, rope_pairing p, const float* tables, float* dst) {
+    assert(rope_dim % 2 == 0 && rope_dim <= head_dim);
+    const auto hd = static_cast<size_t>(head_dim);
+    const int half = rope_dim / 2;
+    for (int j = 0; j < n; ++j) {
+        const auto slot = static_cast<size_t>(slots[j]);
+        float* x = dst + slot * hd;
+        ref::dequantize_row(k.type, k.data + slot * k.row_bytes, head_dim, x);
+        if (turns[j] == 0) continue;
+        const float* t = tables + static_cast<size_t>(turns[j]) * static_cast<size_t>(rope_dim);
+        for (int i = 0; i < half; ++i) {
+            const bool normal = p == rope_pairing::normal;
+            const int a = normal ? 2 * i : i;
+            const int b = normal ? 2 * i + 1 : i + half;
+            const float c = t[normal ? 2 * i : i];
+            const float s = t[normal ? 2 * i + 1 : half + i];
+            const float xa = x[a];
+            const float xb = x[b];
+            x[a] = xa * c - xb * s;
+            x[b] = xb * c + xa * s;
+        }
+    }
+}
+
 void softmax(float* x, int n) {
     if (n <= 0) return;
     const float m = *std::max_element(x, x + n);

@@ -488,9 +488,9 @@ H2OKV_AVX2 void softmax(float* x, int n) {
 
 namespace h2okv::kernels::detail {
 const kernel_table& avx2_table() {
-    static const kernel_table t{isa::avx2,      &avx2::matmul_rows,  &avx2::dequantize_row,
-                                &avx2::softmax, &avx2::attend,       &avx2::rmsnorm,
-                                &avx2::swiglu,  &avx2::quantize_q8k, &avx2::kquant_rows};
+    static const kernel_table t{
+        isa::avx2,      &avx2::matmul_rows, &avx2::dequantize_row, &avx2::softmax,     &avx2::attend,
+        &avx2::rmsnorm, &avx2::swiglu,      &avx2::quantize_q8k,   &avx2::kquant_rows, &avx2::turn_rows};
     return t;
 }
 

@@ -31,6 +31,11 @@ void swiglu(const float* gate, const float* up, int n, float* out);
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
 
+// kernels::turn_rows (src/kernels/x86/turn_avx2.cpp): f32 and f16 rows decoded and turned 8 dims at a time
+// (q8_0 rows decoded by dequantize_row first); the reference's products and sums, so the same bits.
+void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+               int rope_dim, rope_pairing p, const float* tables, float* dst);
+
 // The k-quant pieces (src/kernels/x86/kquant_avx2.cpp), also used by the avx512 table:
 // detail::quantize_q8k, bit for bit;
 void quantize_q8k(const float* x, int64_t cols, detail::q8k_block* out);

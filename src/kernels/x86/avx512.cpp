@@ -409,9 +409,10 @@ namespace h2okv::kernels::detail {
 
 const kernel_table& avx512_table() {
     // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.
-    static const kernel_table t{isa::avx512,    &avx512::matmul_rows, &avx512::dequantize_row,
-                                &avx2::softmax, &avx2::attend,        &avx2::rmsnorm,
-                                &avx2::swiglu,  &avx2::quantize_q8k,  &avx512::kquant_rows};
+    static const kernel_table t{isa::avx512,     &avx512::matmul_rows, &avx512::dequantize_row,
+                                &avx2::softmax,  &avx2::attend,        &avx2::rmsnorm,
+                                &avx2::swiglu,   &avx2::quantize_q8k,  &avx512::kquant_rows,
+                                &avx2::turn_rows};
     return t;
 }
 

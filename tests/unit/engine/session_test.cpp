@@ -295,5 +295,26 @@ TEST(Generate, GreedyIsDeterministicAndStopsAtN) {
     EXPECT_EQ(a, run());
 }
 
+// keep_tokens = false: the same tokens reach on_token, none are kept, all are counted.
+TEST(Generate, UnkeptTokensAreStreamedAndCounted) {
+    std::vector<int32_t> prompt{1, 403, 407, 261, 378};
+    engine::generation_params gp;
+    gp.n_predict = 20;
+    auto kept_run = engine::session::create(*stories().model, engine::session_params{}, 25);
+    ASSERT_TRUE(kept_run.ok());
+    auto kept = engine::generate(**kept_run, prompt, gp, nullptr, nullptr);
+    ASSERT_TRUE(kept.ok());
+    gp.keep_tokens = false;
+    auto s = engine::session::create(*stories().model, engine::session_params{}, 25);
+    ASSERT_TRUE(s.ok());
+    std::vector<int32_t> seen;
+    auto g = engine::generate(**s, prompt, gp, nullptr, [&seen](int32_t id) { seen.push_back(id); });
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g->tokens.empty());
+    EXPECT_EQ(g->n_generated, 20);
+    EXPECT_EQ(kept->n_generated, 20);
+    EXPECT_EQ(seen, kept->tokens);
+}
+
 }  // namespace
 }  // namespace h2okv
