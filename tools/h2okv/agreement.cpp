@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -71,8 +72,12 @@ int run_agreement(const agreement_options& o) {
                prompts.size(), o.n_steps);
     fmt::print("{:<40} {:>7} {:>8} {:>9} {:>9} {:>12} {:>9}\n", "policy", "budget", "match", "mass",
                "diverged", "first_div", "seconds");
+    size_t longest = 0;
+    for (const auto& t : prompts) longest = std::max(longest, t.size());
     for (const auto& sp : *runs) {
         const std::string spec = sp.kv.to_string();
+        const int64_t run_length = static_cast<int64_t>(longest) + o.n_steps;
+        if (auto st = warn_positions(*lm->model, sp, run_length); !st.ok()) return fail(st);
         progress_line progress(spec, "steps");
         const int64_t total = static_cast<int64_t>(prompts.size()) * o.n_steps;
         std::vector<eval::agreement_result> results;

@@ -9,6 +9,7 @@
 //   h2okv batch -f prompts.txt -n 128 --parallel 16 --kv-memory 256MiB --kv-policy h2o --kv-budget 0.2
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -100,11 +101,13 @@ int run_batch(const batch_options& o) {
     std::vector<prompt_state> prompts(lines.size());
     std::vector<size_t> index_of_id;  // id - 1 -> prompt index (ids are 1, 2, ... in submit order)
     const tokenizer::tokenizer& t = *tok;
+    int64_t longest = 0;  // the longest run, for the positions warning
     for (size_t i = 0; i < lines.size(); ++i) {
         prompts[i].text = lines[i];
         auto ids = t.encode(lines[i], /*add_bos=*/true, o.special);
         if (!ids.ok()) return fail(ids.error().with_context(fmt::format("prompt {}", i + 1)));
         prompts[i].ids = *ids;
+        longest = std::max(longest, static_cast<int64_t>(ids->size()) + gp->n_predict);
         engine::request r;
         r.prompt = *ids;
         r.session = *sp;
@@ -115,6 +118,7 @@ int run_batch(const batch_options& o) {
         index_of_id.push_back(i);
     }
 
+    if (auto st = warn_positions(*lm->model, *sp, longest); !st.ok()) return fail(st);
     const auto start = std::chrono::steady_clock::now();
     progress_line progress("batch", "prompts");
     size_t n_done = 0, next_print = 0;

@@ -341,12 +341,8 @@ int run_bench(const bench_options& o) {
     }
     if (o.sequences > 1 && o.n_gen > 0)
         fmt::print("decode step: {:.2f} ms (one token of each sequence)\n", itl_ms);
-    fmt::print(
-        "kv bytes: {} allocated per sequence (K and V in {}), {} for a full cache of the run ({:.3f}x); "
-        "footprint with slot tables {}\n",
-        kv_bytes, kv::kv_type_name(sp->kv_type), full_kv_bytes,
-        full_kv_bytes > 0 ? static_cast<double>(kv_bytes) / static_cast<double>(full_kv_bytes) : 0.0,
-        fp->total());
+    fmt::print("kv bytes: {} allocated per sequence (K and V in {}), {}; footprint with slot tables {}\n",
+               kv_bytes, kv::kv_type_name(sp->kv_type), kv_saving_text(kv_bytes, full_kv_bytes), fp->total());
     fmt::print(
         "peak rss: {} (the process with the model, every weight read: {} + kv pool {} + work buffers {} = "
         "{})\n",

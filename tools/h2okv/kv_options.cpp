@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 namespace h2okv::cli {
@@ -212,9 +213,18 @@ result<loaded_model> load_model(const std::string& path) {
     return lm;
 }
 
+std::string kv_saving_text(int64_t allocated, int64_t full) {
+    if (allocated <= 0 || full <= 0) return fmt::format("{} for a full cache of the run", full);
+    const double a = static_cast<double>(allocated);
+    const double f = static_cast<double>(full);
+    return allocated <= full ? fmt::format("{} for a full cache of the run: {:.2f}x smaller", full, f / a)
+                             : fmt::format("{} for a full cache of the run: {:.2f}x larger", full, a / f);
+}
+
 status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length) {
     H2OKV_ASSIGN_OR_RETURN(const std::string w, engine::session::position_warning(m, p, run_length));
-    if (!w.empty()) fmt::print(stderr, "h2okv: warning: {}\n", w);
+    static std::set<std::string> printed;
+    if (!w.empty() && printed.insert(w).second) fmt::print(stderr, "h2okv: warning: {}\n", w);
     return ok_status();
 }
 

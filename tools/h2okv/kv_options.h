@@ -118,7 +118,12 @@ struct loaded_model {
 };
 result<loaded_model> load_model(const std::string& path);
 
-// Prints session::position_warning's sentence, if any, as "h2okv: warning: ..." to stderr.
+// "<full> for a full cache of the run: <r>x smaller" (or larger), r = full / allocated: how generate and
+// bench state what the KV cache saves.
+std::string kv_saving_text(int64_t allocated, int64_t full);
+
+// Prints session::position_warning's sentence, if any, as "h2okv: warning: ..." to stderr, once per process
+// (a sweep's runs share it).
 status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length);
 
 // Prints "h2okv: error: <message>" to stderr and returns 1.

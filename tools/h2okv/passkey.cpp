@@ -59,6 +59,8 @@ int run_passkey(const passkey_options& o) {
     fmt::print("{:<44} {:>7} {:>6} {:>8} {:>9} {:>9}\n", "policy", "budget", "depth", "correct", "accuracy",
                "seconds");
     for (const auto& sp : *runs) {
+        const int64_t run_length = int64_t{o.params.length} + o.params.answer_tokens;
+        if (auto st = warn_positions(*lm->model, sp, run_length); !st.ok()) return fail(st);
         progress_line progress(sp.kv.to_string(), "trials");
         auto r = eval::passkey(*lm->model, *tok, *filler, o.params, sp, progress);
         if (!r.ok()) return fail(r.error());

@@ -10,8 +10,9 @@
 //   using namespace h2okv::kernels;
 //   matrix_view w{core::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
 //   matmul(w, x, n_tok, y);                          // y: [n_tok][n_out]
-//   kv_rows k{core::tensor_type::f16, k_bytes, head_dim * 2}, v{core::tensor_type::f16, v_bytes, head_dim *
-//   2}; attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
+//   kv_rows k{core::tensor_type::f16, k_bytes, 2u * head_dim};
+//   kv_rows v{core::tensor_type::f16, v_bytes, 2u * head_dim};
+//   attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
 //
 // Determinism: every output element is computed by one thread with one fixed sequence of operations that
 // depends only on the active ISA and the element's own inputs (not on the thread count, the row block, or

@@ -3,8 +3,9 @@
 // synthetic pieces), loadable by h2okv and llama.cpp alike. Tests use them to exercise shapes the bundled
 // model lacks; benchmarks to compare engines on identical files.
 //
-//   model::synth_shape s{.n_embd = 256, .n_layer = 2, .n_head = 4, .n_kv_head = 1, .n_ff = 512, .n_vocab =
-//   300}; auto bytes = model::synthesize_model(s, gguf::tensor_type::q8_0, /*seed=*/1);
+//   model::synth_shape s{.n_embd = 256, .n_layer = 2, .n_head = 4, .n_kv_head = 1, .n_ff = 512,
+//                        .n_vocab = 300};
+//   auto bytes = model::synthesize_model(s, gguf::tensor_type::q8_0, /*seed=*/1);
 #pragma once
 
 #include <cstddef>

@@ -10,8 +10,7 @@
 //   H2OKV_ASSIGN_OR_RETURN(auto pol, policy::kv_policy::create(params, layout, run_length));
 //   for each chunk [first, first + n):
 //       pol->begin_chunk(first, n);           // every unit gives chunk token i the slot chunk_slots(u)[i]
-//       for i in 0..n-1, for each unit u:     // query position first + i attends kept_slots(u) +
-//       chunk_slots(u)[0..i]
+//       for i in 0..n-1, for each unit u:     // query first + i attends kept_slots(u) + chunk_slots(u)[0..i]
 //           row[slot] = sum over the unit's query heads of their softmax weight on that slot (as double)
 //           pol->add_row(u, i, row);          // skip it for a null row; rows of a unit in increasing i
 //       pol->end_chunk();                     // evicts down to budget; victims(u) lists who left

@@ -26,8 +26,8 @@ void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin);
 void rope_rotation(const rope_spec& spec, int64_t pos, float* cos_sin);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p);
 // kernels::turn_rows: each row decoded by dequantize_row, then turned pair by pair.
-void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n, int rope_dim,
-               rope_pairing p, const float* tables, float* dst);
+void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+               int rope_dim, rope_pairing p, const float* tables, float* dst);
 void softmax(float* x, int n);
 void swiglu(const float* gate, const float* up, int n, float* out);
 // kernels::attend (src/kernels/ref/attend_kv.cpp): K/V decoded element by element, dot products and sums in
