@@ -314,6 +314,51 @@ TEST(EngineVsNumpy, Architectures) {
     fs::remove_all(dir);
 }
 
+// Gemma 2 and 3 against the reference, full and evicting: GeGLU, post norms, embedding scaling, soft-caps
+// (gemma2), q/k norms and the local layers' own rope (gemma3: base 10000 unscaled, the global layer base 1e6
+// with linear scaling), and sliding-window layers with a window of 8 over 40 positions, so that windows bite
+// in decode and inside prefill chunks longer than the window (chunk 16). The kept sets compared chunk by
+// chunk include the window layers' (the last W - 1 positions) and the global layers' under every
+// granularity (their units count the global layers only).
+TEST(EngineVsNumpy, SlidingWindowArchitectures) {
+    auto shape = [](std::string arch, int n_layer) {
+        model::synth_shape s{.n_embd = 128, .n_layer = n_layer, .n_head = 4, .n_kv_head = 2, .n_ff = 192};
+        s.arch = std::move(arch);
+        s.sliding_window = 8;
+        return s;
+    };
+    std::vector<std::pair<std::string, model::synth_shape>> cases;
+    cases.emplace_back("gemma2_window8", shape("gemma2", 4));
+    cases.back().second.attn_softcap = 3.0f;
+    cases.back().second.final_softcap = 5.0f;
+    cases.emplace_back("gemma3_window8", shape("gemma3", 7));
+    cases.back().second.rope_freq_base = 1000000.0f;
+    cases.back().second.rope_scale = {.type = model::rope_scaling_type::linear, .factor = 8.0};
+    const std::vector<run_config> runs = {
+        {"full", 1},
+        {"full", 16},
+        {"h2o:budget=12", 1},
+        {"h2o:budget=10,recent=3,sinks=1,decay=0.95,granularity=layer", 5},
+        {"tova:budget=9,granularity=model", 7},
+        {"window:budget=6", 16},
+    };
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_swa_{}", ::getpid());
+    fs::create_directories(dir);
+    for (const auto& [name, s] : cases) {
+        auto bytes = model::synthesize_model(s, gguf::tensor_type::f32, 17);
+        ASSERT_TRUE(bytes.ok()) << name << ": " << bytes.error().to_string();
+        const std::string path = (dir / (name + ".gguf")).string();
+        std::ofstream(path, std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+        const auto tokens = random_tokens(40, s.n_vocab, 8);
+        for (const auto& r : runs) compare(path, tokens, r);
+        run_config f16 = runs[2];
+        f16.kv_type = "f16";
+        compare(path, tokens, f16);
+    }
+    fs::remove_all(dir);
+}
+
 // The k-quant products alone, on model tensors, with the same float32 activations on both sides: both
 // round them with the same float32 operations (x * (127 / amax)), so the engine's integer products must agree
 // with the reference's float64 product over the rounded activations to float32 accuracy. The activations

@@ -1,7 +1,14 @@
 #!/usr/bin/python3
-"""An independent numpy reference of h2okv: a float64 decoder forward pass (llama, qwen2, qwen3, phi3: biases,
-q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope scaling; see ARCH_PARTS)
+"""An independent numpy reference of h2okv: a float64 decoder forward pass (llama, qwen2, qwen3, phi3, gemma2,
+gemma3: biases, q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope scaling,
+GeGLU, post norms, embedding scaling, soft-caps, sliding-window layers with their own rope; see ARCH_PARTS)
 plus the KV eviction contract.
+
+Sliding-window layers (Gemma's local layers, as llama.cpp defines them): layer l slides unless l % period ==
+period - 1 (attention.sliding_window_pattern: gemma2 2, gemma3 6); a query at t attends the positions p <= t
+with t - p < W (attention.sliding_window: gemma2 4096 by default, gemma3 only when the key is present). They are
+outside the eviction policy: its units, budget and score rows count the global layers alone, and a sliding
+layer's kept set after a chunk is the last W - 1 positions (what a later query can still attend).
 
 It shares no code with the C++ engine: its own GGUF parser (v2/v3), dequantisation (F32, F16, BF16, Q8_0,
 Q4_0, Q4_K, Q6_K, from ggml's block layouts),
@@ -293,6 +300,19 @@ class Llama:
         self.rope_dim = int(md.get(a + "rope.dimension_count", self.head_dim))
         self.freq_base = float(md.get(a + "rope.freq_base", 10000.0))
         self.group = self.n_head // self.n_kv
+        parts = ARCH_PARTS[arch]
+        self.gemma = parts["gemma"]
+        # Gemma (llama.cpp's gemma2 / gemma3 graphs): embeddings times sqrt(n_embd), GeGLU with tanh GELU,
+        # RMSNorm of the attention and FFN outputs, soft-caps, sliding-window layers.
+        self.embd_scale = math.sqrt(self.n_embd) if self.gemma else 1.0
+        self.window = int(md.get(a + "attention.sliding_window", 4096 if arch == "gemma2" else 0))
+        period = int(md.get(a + "attention.sliding_window_pattern", 2 if arch == "gemma2" else 6))
+        self.sliding = [self.gemma and self.window > 0 and i % period < period - 1
+                        for i in range(self.n_layer)]
+        self.attn_softcap = float(md.get(a + "attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
+        self.final_softcap = float(md.get(a + "final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0))
+        big = {"gemma2": 46, "gemma3": 62}.get(arch)  # llama.cpp: the 27B models scale by n_embd / n_head
+        self.scale = 1.0 / math.sqrt(self.n_embd // self.n_head if self.n_layer == big else self.head_dim)
         t = gguf.tensor
         self.tok_embd = t("token_embd.weight")
         self.n_vocab = self.tok_embd.shape[0]
@@ -310,6 +330,13 @@ class Llama:
         self.output_bias = t("output.bias") if "output.bias" in gguf.tensors else 0.0
         self.output_quantises = kq(output_name)
         self.neox, self.inv_freq, self.rope_magnitude = arch_rope(gguf, arch, self.rope_dim, self.freq_base)
+        # Per layer (inverse frequencies, magnitude): sliding layers rotate with rope.freq_base_swa (gemma2:
+        # the file's base and scaling by default; gemma3: 10000, unscaled).
+        self.layer_rope = [(self.inv_freq, self.rope_magnitude)] * self.n_layer
+        if any(self.sliding):
+            base_swa = float(md.get(a + "rope.freq_base_swa", self.freq_base if arch == "gemma2" else 10000.0))
+            _, f, mag = arch_rope(gguf, arch, self.rope_dim, base_swa, scaled=arch == "gemma2")
+            self.layer_rope = [(f, mag) if sl else r for sl, r in zip(self.sliding, self.layer_rope)]
 
     def linear(self, x, layer, name):
         """x @ W.T (+ the bias, where the file has one) for layer `layer`'s matrix `name`, rounding x first
@@ -327,12 +354,13 @@ class Llama:
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, positions, magnitude=True):
+    def rope(self, x, positions, magnitude=True, layer=0):
         """x: [C][heads][head_dim]; rotates pairs (2i, 2i+1) of the first rope_dim dims ("normal" pairing), or
         (i, i + rope_dim/2) for NeoX pairing, and scales them by the rope magnitude (YaRN; 1 otherwise) unless
-        magnitude is False (turning a key already rotated, rolling positions)."""
-        theta = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # [C][rope_dim/2]
-        mag = self.rope_magnitude if magnitude else 1.0
+        magnitude is False (turning a key already rotated, rolling positions), with layer `layer`'s rope."""
+        inv_freq, rope_mag = self.layer_rope[layer]
+        theta = positions[:, None].astype(np.float64) * inv_freq[None, :]  # [C][rope_dim/2]
+        mag = rope_mag if magnitude else 1.0
         c = mag * np.cos(theta)[:, None, :]
         s = mag * np.sin(theta)[:, None, :]
         x = x.copy()
@@ -348,13 +376,25 @@ class Llama:
 # What each architecture adds to the llama blocks, read from the file (written from llama.cpp's model
 # definitions and the Hugging Face configs they convert, not from h2okv's loader).
 
-# architecture -> (NeoX rope pairing, per-head q/k RMSNorm, fused q/k/v, fused gate/up, rope_freqs factors)
+# architecture -> (NeoX rope pairing, per-head q/k RMSNorm, fused q/k/v, fused gate/up, rope_freqs factors,
+# Gemma's blocks: see Llama.__init__)
 ARCH_PARTS = {
-    "llama": dict(neox=False, qk_norm=False, fused=False, rope_freqs=True),
-    "qwen2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False),
-    "qwen3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False),
-    "phi3": dict(neox=True, qk_norm=False, fused=True, rope_freqs=False),
+    "llama": dict(neox=False, qk_norm=False, fused=False, rope_freqs=True, gemma=False),
+    "qwen2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False, gemma=False),
+    "qwen3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False, gemma=False),
+    "phi3": dict(neox=True, qk_norm=False, fused=True, rope_freqs=False, gemma=False),
+    "gemma2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False, gemma=True),
+    "gemma3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False, gemma=True),
 }
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (ggml_gelu, Gemma's hidden activation)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, cap):
+    return cap * np.tanh(x / cap) if cap > 0 else x
 
 
 def arch_layer(gguf, i, q_dim, kv_dim):
@@ -381,6 +421,9 @@ def arch_layer(gguf, i, q_dim, kv_dim):
             L["sources"][role] = p + role + ".weight"
             if p + role + ".bias" in gguf.tensors:
                 L[role + ".bias"] = t(p + role + ".bias")
+    if parts["gemma"]:
+        L["post_attention_norm"] = t(p + "post_attention_norm.weight")
+        L["post_ffw_norm"] = t(p + "post_ffw_norm.weight")
     if parts["qk_norm"]:
         L["attn_q_norm"] = t(p + "attn_q_norm.weight")
         L["attn_k_norm"] = t(p + "attn_k_norm.weight")
@@ -402,16 +445,19 @@ def rope_pairs(rope_dim, neox):
     return (i, i + rope_dim // 2) if neox else (2 * i, 2 * i + 1)
 
 
-def arch_rope(gguf, arch, rope_dim, base):
+def arch_rope(gguf, arch, rope_dim, base, scaled=True):
     """(NeoX pairing, inverse frequencies [rope_dim/2], magnitude): the base's frequencies divided by
     rope_freqs.weight (Llama 3.1), then the rope.scaling.* type: linear divides them by the factor; YaRN
     blends interpolated (/ factor) and original frequencies with a ramp over the pair index between the
     correction dims of beta_fast = 32 and beta_slow = 1 turns in the original context, and scales the
-    rotation by 0.1 ln(factor) + 1; rope.scaling.attn_factor multiplies the magnitude."""
+    rotation by 0.1 ln(factor) + 1; rope.scaling.attn_factor multiplies the magnitude. scaled=False: the
+    base's frequencies alone (Gemma 3's sliding layers)."""
     md, a = gguf.metadata, arch + "."
     freq = base ** (-2.0 * np.arange(rope_dim // 2) / rope_dim)
     if ARCH_PARTS[arch]["rope_freqs"] and "rope_freqs.weight" in gguf.tensors:
         freq = freq / gguf.tensor("rope_freqs.weight")
+    if not scaled:
+        return ARCH_PARTS[arch]["neox"], freq, 1.0
     kind = md.get(a + "rope.scaling.type", "linear")
     factor = float(md.get(a + "rope.scaling.factor", md.get(a + "rope.scale_linear", 0.0))) or 1.0
     magnitude = float(md.get(a + "rope.scaling.attn_factor", 1.0))
@@ -593,7 +639,14 @@ class Run:
             raise PolicyError(f"unknown granularity '{granularity}' (valid: {', '.join(GRANULARITIES)})")
         self.granularity = granularity
         L, H, hd = model.n_layer, model.n_kv, model.head_dim
-        self.n_units = {"head": L * H, "layer": L, "model": 1}[granularity]
+        # The policy's layers: the global ones (sliding-window layers keep their window, outside it).
+        self.global_layers = [li for li in range(L) if not model.sliding[li]]
+        if not self.global_layers:
+            raise PolicyError("every layer is a sliding-window layer; no layer for the policy")
+        if self.positions == "rolling" and any(model.sliding):
+            raise PolicyError("rolling positions are not defined for sliding-window layers")
+        G = len(self.global_layers)
+        self.n_units = {"head": G * H, "layer": G, "model": 1}[granularity]
         self.k = np.zeros((L, n_total, H, hd))
         self.v = np.zeros((L, n_total, H, hd))
         self.kept = np.zeros((self.n_units, n_total), dtype=bool)
@@ -603,7 +656,9 @@ class Run:
         self.n = 0  # positions processed
 
     def unit_of(self, layer, kv_head):
-        return {"head": layer * self.m.n_kv + kv_head, "layer": layer, "model": 0}[self.granularity]
+        """The unit of a global layer's KV head (layer: the model's layer index)."""
+        gi = self.global_layers.index(layer)
+        return {"head": gi * self.m.n_kv + kv_head, "layer": gi, "model": 0}[self.granularity]
 
     def step(self, tokens):
         """Processes one chunk; returns its logits [C][n_vocab]."""
@@ -611,13 +666,16 @@ class Run:
         C = len(tokens)
         c0, c1 = self.n, self.n + C
         pos = np.arange(c0, c1)
-        scale = 1.0 / math.sqrt(m.head_dim)
+        scale = m.scale
         # allowed[u][t][p], p < c1: kept before the chunk, or a chunk position <= the query's.
         causal = np.zeros((C, c1), dtype=bool)
         causal[:, c0:] = np.tril(np.ones((C, C), dtype=bool))
         allowed = self.kept[:, None, :c1] & (np.arange(c1) < c0)[None, None, :] | causal[None]
-        weights = []  # per layer: [n_head][C][c1]
-        x = m.tok_embd[np.asarray(tokens)]
+        # A sliding layer's query at t attends p <= t with t - p < W, whatever the policy keeps.
+        tq, tp = pos[:, None], np.arange(c1)[None, :]
+        window = (tp <= tq) & (tq - tp < m.window)  # [C][c1]
+        weights = []  # per global layer: [n_head][C][c1]
+        x = m.tok_embd[np.asarray(tokens)] * m.embd_scale
         for li, w in enumerate(m.layers):
             h = m.rmsnorm(x, w["attn_norm"])
             q_raw = m.head_norm(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), li, "attn_q_norm")
@@ -627,28 +685,35 @@ class Run:
                 p = self._attend_rolling(li, q_raw, k_raw, v, allowed, c0, c1, scale)
                 V = self.v[li, :c1]
             else:
-                q = m.rope(q_raw, pos)
-                k = m.rope(k_raw, pos)
+                q = m.rope(q_raw, pos, layer=li)
+                k = m.rope(k_raw, pos, layer=li)
                 self.k[li, c0:c1] = round_kv(k, self.kv_type)
                 self.v[li, c0:c1] = round_kv(v, self.kv_type)
                 K = self.k[li, :c1]  # [c1][n_kv][hd]
                 V = self.v[li, :c1]
                 qg = q.reshape(C, m.n_kv, m.group, m.head_dim)  # query head h reads KV head h // group
-                s = np.einsum("tkgd,pkd->kgtp", qg, K) * scale  # [n_kv][group][C][c1]
-                mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
+                s = softcap(np.einsum("tkgd,pkd->kgtp", qg, K) * scale, m.attn_softcap)  # [n_kv][group][C][c1]
+                if m.sliding[li]:
+                    mask = np.stack([window] * m.n_kv)
+                else:
+                    mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
                 s = np.where(mask[:, None], s, -np.inf)
                 s -= s.max(axis=-1, keepdims=True)
                 e = np.exp(s)
                 p = e / e.sum(axis=-1, keepdims=True)
             o = np.einsum("kgtp,pkd->tkgd", p, V).reshape(C, m.n_head * m.head_dim)
-            weights.append(p.reshape(m.n_head, C, c1))
-            x = x + m.linear(o, li, "attn_output")
+            if not m.sliding[li]:
+                weights.append(p.reshape(m.n_head, C, c1))
+            a = m.linear(o, li, "attn_output")
+            x = x + (m.rmsnorm(a, w["post_attention_norm"]) if m.gemma else a)
             h = m.rmsnorm(x, w["ffn_norm"])
             g = m.linear(h, li, "ffn_gate")
-            x = x + m.linear(g / (1.0 + np.exp(-g)) * m.linear(h, li, "ffn_up"), li, "ffn_down")
+            act = gelu_tanh(g) if m.gemma else g / (1.0 + np.exp(-g))
+            f = m.linear(act * m.linear(h, li, "ffn_up"), li, "ffn_down")
+            x = x + (m.rmsnorm(f, w["post_ffw_norm"]) if m.gemma else f)
         xo = m.rmsnorm(x, m.output_norm)
         xo = m.output_quantises(xo) if m.output_quantises is not None else xo
-        logits = xo @ m.output.T + m.output_bias
+        logits = softcap(xo @ m.output.T + m.output_bias, m.final_softcap)
         self._update_scores(weights, C, c0, c1)
         self.kept[:, c0:c1] = True
         self.n = c1
@@ -676,7 +741,7 @@ class Run:
                 turn = np.arange(base) - self.admitted[u, kept]
                 K[kept] = m.rope(self.k[li, kept, kh][:, None], turn, magnitude=False)[:, 0]
             q = m.rope(q_raw[:, kh * m.group:(kh + 1) * m.group], here)  # [C][group][hd]
-            s = np.einsum("tgd,pd->gtp", q, K) * scale
+            s = softcap(np.einsum("tgd,pd->gtp", q, K) * scale, m.attn_softcap)
             s = np.where(allowed[u][None], s, -np.inf)
             s -= s.max(axis=-1, keepdims=True)
             e = np.exp(s)
@@ -687,20 +752,21 @@ class Run:
         """SPEC 2-3: per query position t in order, per unit: decay every present score, then add the row
         increment (the unit's query heads' weights summed in double in ascending (layer, head) order)."""
         m = self.m
-        W = np.stack(weights)  # [n_layer][n_head][C][c1]
+        W = np.stack(weights)  # [global layers][n_head][C][c1]
+        G = len(self.global_layers)
         if self.granularity == "head":
-            Wg = W.reshape(m.n_layer, m.n_kv, m.group, C, c1)
+            Wg = W.reshape(G, m.n_kv, m.group, C, c1)
             inc = Wg[:, :, 0].copy()
             for g in range(1, m.group):
                 inc += Wg[:, :, g]
-            inc = inc.reshape(m.n_layer * m.n_kv, C, c1)
+            inc = inc.reshape(G * m.n_kv, C, c1)
         elif self.granularity == "layer":
             inc = W[:, 0].copy()
             for h in range(1, m.n_head):
                 inc += W[:, h]
         else:
             inc = np.zeros((1, C, c1))
-            for li in range(m.n_layer):
+            for li in range(G):
                 for h in range(m.n_head):
                     inc[0] += W[li, h]
         for t in range(C):
@@ -741,7 +807,10 @@ class Run:
         out = []
         for li in range(self.m.n_layer):
             for kh in range(self.m.n_kv):
-                out.append(np.flatnonzero(self.kept[self.unit_of(li, kh)]).tolist())
+                if self.m.sliding[li]:  # what a later query can still attend: the last W - 1 positions
+                    out.append(list(range(max(0, self.n - max(1, self.m.window - 1)), self.n)))
+                else:
+                    out.append(np.flatnonzero(self.kept[self.unit_of(li, kh)]).tolist())
         return out
 
 

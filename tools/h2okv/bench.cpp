@@ -270,8 +270,10 @@ int run_bench(const bench_options& o) {
     }
     const summary pf = summarize(prefill);
     const summary dc = summarize(decode);
-    const int64_t full_kv_bytes = 2 * int64_t{hp.n_layer} * hp.n_kv_head * run_length *
-                                  static_cast<int64_t>(kv::kv_row_bytes(sp->kv_type, hp.head_dim));
+    // What a `full` cache of this run allocates (sliding-window layers at their window).
+    const auto full_fp =
+        kv::kv_cache::plan(hp, policy::params{}, sp->prefill_chunk, run_length, run_length, sp->kv_type);
+    const int64_t full_kv_bytes = full_fp.ok() ? full_fp->kv_bytes : 0;
     const int64_t rss = peak_rss_bytes();
     const int64_t pool_peak = fp->total() * concurrent;
     const int64_t accounted = rss_base + pool_peak + work_bytes;

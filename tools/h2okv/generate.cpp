@@ -60,6 +60,13 @@ void print_stats(const engine::session& s, const engine::generation& g, int64_t 
     fmt::print(stderr, "kv kept: {} positions per unit on average ({} in all), evicted: {} ({} per unit)\n",
                static_cast<double>(s.cache().kept_total()) / units, s.cache().kept_total(),
                pol.total_evictions(), static_cast<double>(pol.total_evictions()) / units);
+    if (s.cache().window_policy() != nullptr) {
+        const auto& hp = s.cache().hparams();
+        fmt::print(stderr,
+                   "kv window layers: {} of {} layers slide over {} positions, outside the policy (its units "
+                   "above are the other layers'): {} slots per KV head each\n",
+                   hp.n_sliding(), hp.n_layer, hp.sliding_window, s.cache().window_capacity());
+    }
     fmt::print(stderr, "kv bytes: {} allocated (K and V in {}), {}\n", s.cache().bytes(),
                kv::kv_type_name(s.cache().type()), kv_saving_text(s.cache().bytes(), full_bytes));
 }
@@ -139,11 +146,10 @@ int run_generate(const generate_options& o) {
     std::fflush(stdout);
     if (!g.ok()) return fail(g.error());
 
-    const auto& hp = lm->model->params();
-    const int64_t full_bytes =
-        2 * int64_t{hp.n_layer} * hp.n_kv_head * run_length *
-        static_cast<int64_t>(kv::kv_row_bytes((*session)->cache().type(), hp.head_dim));
-    print_stats(**session, *g, full_bytes);
+    // What a `full` cache of this run allocates (sliding-window layers at their window).
+    const auto full = kv::kv_cache::plan(lm->model->params(), policy::params{}, sp->prefill_chunk, run_length,
+                                         run_length, (*session)->cache().type());
+    print_stats(**session, *g, full.ok() ? full->kv_bytes : 0);
     return 0;
 }
 

@@ -201,6 +201,21 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
 void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
                int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept;
 
+// Gemma's blocks (src/kernels/gemma.cpp): one scalar implementation each, used by every ISA (they are a
+// small part of a step; no SIMD twin to keep in step).
+//
+// out[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation, gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g +
+// 0.044715 g^3))) computed in double; out may alias gate or up.
+void gelu_tanh_glu(const float* gate, const float* up, int n, float* out) noexcept;
+// x[i] = cap * tanh(x[i] / cap) in place (logit soft-capping), cap > 0, computed in double.
+void softcap(float* x, int n, float cap) noexcept;
+// attend with soft-capped scores: s_ij = cap * tanh(scale * dot(q_i, k[slots[j]]) / cap), then attend's
+// softmax, outputs, weights and score_row, same layout and order; cap > 0. Dots, tanh and sums in double
+// (the reference attend's arithmetic); thread-safe like attend.
+void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                    const int32_t* slots, int n, float scale, float cap, float* out, float* weights,
+                    size_t weights_stride, double* score_row) noexcept;
+
 // The instruction sets kernels are compiled for. `best_isa()` is the best the CPU supports (avx512 over avx2
 // over reference); the kernels start with core::selected_isa() (h2okv/core/cpu_isa.h: the best, or the one
 // H2OKV_ISA names; its "scalar" is `reference` here); `set_isa` switches every dispatched kernel (for tests
