@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <new>
 
 #include "policy/unit_table.h"
@@ -74,7 +75,8 @@ void scorer::choose_victims(detail::unit_table& t, int count) const {
     int32_t m = 0;
     for (int32_t s = 0; s < t.high_water; ++s) {
         if (!t.evictable(s)) continue;
-        ranked[s] = rank_score(t.unit, t.pos[s], t.score[s], next);
+        const double r = rank_score(t.unit, t.pos[s], t.score[s], next);
+        ranked[s] = std::isnan(r) ? std::numeric_limits<double>::infinity() : r;  // keeps the order total
         t.scratch[m++] = s;
     }
     assert(m >= count && "validation guarantees enough evictable positions");

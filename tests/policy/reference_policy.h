@@ -23,6 +23,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -49,8 +50,47 @@ public:
     static std::optional<rule> rule_of(std::string_view policy_name) {
         if (policy_name == "full") return rule::none;
         if (policy_name == "window" || policy_name == "streaming") return rule::oldest;
-        if (policy_name == "h2o" || policy_name == "tova") return rule::lowest_score;
+        if (policy_name == "h2o" || policy_name == "tova" || policy_name == "scissorhands" ||
+            policy_name == "keyformer" || policy_name == "l2norm")
+            return rule::lowest_score;
         return std::nullopt;
+    }
+
+    // How scores are formed (docs/EVICTION_CONTRACT.md clauses 3 and 9).
+    enum class scoring {
+        decayed_sum,  // clause 3 (h2o, tova, keyformer)
+        fair_share,   // 9.1 scissorhands: set bits of the last `history` steps' above-fair-share flags
+        key_norm,     // 9.3 l2norm: -||k|| per key, summed, at arrival; rows ignored
+    };
+    static scoring scoring_of(std::string_view policy_name) {
+        if (policy_name == "scissorhands") return scoring::fair_share;
+        if (policy_name == "l2norm") return scoring::key_norm;
+        return scoring::decayed_sum;
+    }
+
+    // The policy's own rules: scoring, its extra parameters (history; tau and seed for keyformer's noise,
+    // 9.2) and G, the query heads a unit's row sums.
+    void set_policy(std::string_view policy_name, const std::map<std::string, double, std::less<>>& extra,
+                    int heads_per_unit) {
+        scoring_ = scoring_of(policy_name);
+        heads_ = heads_per_unit;
+        if (auto it = extra.find("history"); it != extra.end()) history_ = static_cast<int>(it->second);
+        if (policy_name == "keyformer") {
+            tau_ = extra.at("tau");
+            seed_ = static_cast<uint64_t>(extra.at("seed"));
+        }
+    }
+    bool reads_rows() const { return scoring_ != scoring::key_norm; }
+
+    // A key of chunk token `position` (key_norm scoring): its score gains -||key||.
+    void add_key(int unit_index, int64_t position, const std::vector<float>& key) {
+        if (scoring_ != scoring::key_norm) return;
+        if (!in_chunk_ || position < first_ || position >= first_ + n_)
+            throw std::logic_error("reference: add_key outside the chunk");
+        double sum = 0.0;
+        for (float x : key) sum = sum + static_cast<double>(x) * static_cast<double>(x);
+        double& s = units_.at(unit_index).scores[position];
+        s = s + -std::sqrt(sum);
     }
 
     using row = std::vector<std::pair<int64_t, double>>;  // (attended position, increment)
@@ -78,6 +118,20 @@ public:
             throw std::logic_error("reference: bad add_row");
         u.last_row = i;
         const int64_t t = first_ + i;
+        if (scoring_ == scoring::key_norm) return;
+        if (scoring_ == scoring::fair_share) {
+            // m = the positions this query attended; the unit's increment sums G heads' weights.
+            const double fair = static_cast<double>(heads_) / static_cast<double>(increments.size());
+            for (const auto& [pos, w] : increments) {
+                std::vector<int>& h = u.history[pos];  // newest flag last
+                h.push_back(w > fair ? 1 : 0);
+                if (std::ssize(h) > history_) h.erase(h.begin());
+                int count = 0;
+                for (int b : h) count += b;
+                u.scores[pos] = static_cast<double>(count);
+            }
+            return;
+        }
         // Decay every score present now: kept positions, and chunk positions < t (those a query has touched).
         if (decay_ != 1.0) {
             for (auto& [pos, score] : u.scores) score = score * decay_;
@@ -97,9 +151,11 @@ public:
         if (!in_chunk_) throw std::logic_error("reference: end_chunk without begin_chunk");
         for (unit& u : units_) {
             for (int64_t p = first_; p < first_ + n_; ++p) u.scores.emplace(p, 0.0);  // admit
+            const int unit_index = static_cast<int>(&u - units_.data());
             while (rule_ != rule::none && static_cast<int64_t>(u.scores.size()) > budget_) {
-                const int64_t victim = pick_victim(u.scores);
+                const int64_t victim = pick_victim(u.scores, unit_index);
                 u.scores.erase(victim);
+                u.history.erase(victim);
                 u.victims.push_back(victim);
             }
             std::sort(u.victims.begin(), u.victims.end());
@@ -122,11 +178,30 @@ public:
 private:
     struct unit {
         std::map<int64_t, double> scores;
+        std::map<int64_t, std::vector<int>> history;  // fair_share: the last `history` flags per position
         std::vector<int64_t> victims;
         int last_row = -1;
     };
 
-    int64_t pick_victim(const std::map<int64_t, double>& scores) const {
+    static uint64_t splitmix(uint64_t z) {
+        z += 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+
+    // The value eviction ranks a position by: its score, plus keyformer's Gumbel noise when tau > 0.
+    double ranked(double score, int unit_index, int64_t pos) const {
+        if (tau_ == 0.0) return score;
+        const uint64_t next = static_cast<uint64_t>(first_ + n_);
+        const uint64_t x = splitmix(splitmix(splitmix(splitmix(seed_) ^ static_cast<uint64_t>(unit_index)) ^
+                                             static_cast<uint64_t>(pos)) ^
+                                    next);
+        const double u = (static_cast<double>(x >> 11) + 0.5) / 9007199254740992.0;  // 2^53
+        return score + tau_ * -std::log(-std::log(u));
+    }
+
+    int64_t pick_victim(const std::map<int64_t, double>& scores, int unit_index) const {
         // Protected: the sinks, and the `recent` largest positions held right now.
         std::set<int64_t> recent_window;
         for (auto it = scores.rbegin(); it != scores.rend() && std::ssize(recent_window) < recent_; ++it) {
@@ -137,7 +212,8 @@ private:
             if (pos < sinks_ || recent_window.count(pos) == 1) continue;
             if (!best) {
                 best = pos;
-            } else if (rule_ == rule::lowest_score && score < scores.at(*best)) {
+            } else if (rule_ == rule::lowest_score &&
+                       ranked(score, unit_index, pos) < ranked(scores.at(*best), unit_index, *best)) {
                 best = pos;
             }
         }
@@ -148,6 +224,11 @@ private:
     rule rule_;
     int64_t budget_, recent_, sinks_;
     double decay_;
+    scoring scoring_ = scoring::decayed_sum;
+    int heads_ = 1;
+    int history_ = 32;
+    double tau_ = 0.0;
+    uint64_t seed_ = 0;
     std::vector<unit> units_;
     int64_t next_ = 0, first_ = 0;
     int n_ = 0;
