@@ -108,6 +108,11 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
                 c.policy_->chunk_slots(c.policy_->unit_of(layer, g))[static_cast<size_t>(qu.ci)];
             const size_t off = static_cast<size_t>(qu.token) * kv_stride + static_cast<size_t>(g) * hd;
             c.store_.write(layer, g, slot, k + off, v + off);
+            // Key-scored policies see the key as computed, before the store's rounding; layer-major.
+            if (c.policy_->needs_keys()) {
+                c.policy_->add_key(c.policy_->unit_of(layer, g), qu.ci, layer, g,
+                                   std::span<const float>(k + off, static_cast<size_t>(hd)));
+            }
         }
     }
 }
