@@ -263,8 +263,12 @@ std::span<const int32_t> kv_policy::chunk_slots(int unit) const {
 }
 
 void kv_policy::add_row(int unit, int i, const double* row) {
+    if (!state_->reads_attention) return;
+    apply_row(unit, i, row);
+}
+
+void kv_policy::apply_row(int unit, int i, const double* row) {
     const auto& st = *state_;
-    if (!st.reads_attention) return;
     assert(st.in_chunk && i >= 0 && i < st.chunk_n);
     auto& t = table(unit);
     if (st.custom_rows) {
@@ -292,6 +296,7 @@ void kv_policy::add_key(int unit, int i, int layer, int kv_head, std::span<const
 status kv_policy::end_chunk() {
     auto& st = *state_;
     if (!st.in_chunk) return invalid_argument("end_chunk: no chunk in progress; call begin_chunk first");
+    on_end_chunk();
     for (auto& t : st.tables) {
         t.n_victims = 0;
         if (t.victims_due > 0) {

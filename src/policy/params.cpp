@@ -210,7 +210,16 @@ std::string resolved_params::to_string() const {
     }
     if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
     if (positions != position_mode::original) items.emplace_back("positions=rolling");
-    for (const auto& [key, value] : extra) items.push_back(fmt::format("{}={}", key, value));
+    // The policy's own parameters where they differ from its defaults (parse restores the defaults).
+    const detail::policy_entry* entry = detail::find_policy(name);
+    for (const auto& [key, value] : extra) {
+        bool is_default = false;
+        if (entry != nullptr) {
+            for (const extra_param_def& x : entry->extra)
+                is_default = is_default || (key == x.name && value == x.default_value);
+        }
+        if (!is_default) items.push_back(fmt::format("{}={}", key, value));
+    }
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }

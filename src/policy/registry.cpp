@@ -171,6 +171,12 @@ result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout
         if (!known) return invalid_argument("{}: unknown parameter '{}'", entry->name, key);
     }
     for (const extra_param_def& x : entry->extra) given.extra.emplace(x.name, x.default_value);
+    if (const auto proxy = given.extra.find("proxy"); proxy != given.extra.end()) {
+        if (proxy->second != 0.0 && proxy->second != 1.0) {
+            return invalid_argument("{}: proxy {} must be 0 (attention rows) or 1 (the key-as-query proxy)",
+                                    entry->name, proxy->second);
+        }
+    }
     H2OKV_ASSIGN_OR_RETURN(resolved_params config, entry->resolve(given, run_length));
     for (const extra_param_def& x : entry->extra) config.extra.emplace(x.name, given.extra.at(x.name));
     config.name = entry->name;

@@ -97,6 +97,65 @@ TEST(keyformer, NoiseIsSeededAndChangesDecisions) {
     EXPECT_FALSE(a.kept == h2o.kept) << "noise never changed a decision";
 }
 
+// Random runs of a spec against the brute-force reference: kept sets, victims and every score bit.
+void expect_matches_reference(const std::string& spec, uint64_t seed) {
+    SCOPED_TRACE(spec);
+    std::mt19937_64 rng(seed);
+    for (const policy::granularity g :
+         {policy::granularity::head, policy::granularity::layer, policy::granularity::model}) {
+        for (int trial = 0; trial < 4; ++trial) {
+            auto p = params::parse(spec);
+            ASSERT_TRUE(p.ok()) << p.error().to_string();
+            p->gran = g;
+            const int64_t length = 60 + static_cast<int64_t>(rng() % 60);
+            const auto plan = trial % 2 ? chunk_plan(length, 7, length / 2) : chunk_plan(length, 1);
+            auto pol = must_create(*p, gqa(length, 7), length);
+            ASSERT_TRUE(pol);
+            auto ref = reference_for(*pol);
+            ASSERT_TRUE(ref.has_value());
+            attention_source src(rng());
+            int64_t first = 0;
+            for (int n : plan) {
+                feed_chunk(*pol, &*ref, first, n, src, 0.0);
+                for (int u = 0; u < pol->n_units(); ++u) {
+                    ASSERT_EQ(pol->kept_positions(u), ref->kept(u)) << "unit " << u << " after " << first;
+                    const auto v = pol->victims(u);
+                    ASSERT_EQ(std::vector<int64_t>(v.begin(), v.end()), ref->victims(u));
+                    for (int32_t s : pol->kept_slots(u)) {
+                        const int64_t pos = pol->slot_positions(u)[s];
+                        const double a = pol->slot_scores(u)[s], b = ref->scores(u).at(pos);
+                        ASSERT_EQ(std::memcmp(&a, &b, sizeof a), 0)
+                            << "position " << pos << ": " << a << " vs " << b;
+                    }
+                }
+                first += n;
+            }
+            EXPECT_GT(pol->total_evictions(), 0);
+        }
+    }
+}
+
+// The key-as-query proxy (docs/EVICTION_CONTRACT.md 9.5) under every attention policy: no attention rows
+// are read (the rows the driver offers are ignored), the scores follow from the keys.
+TEST(proxy, EveryAttentionPolicyMatchesTheReference) {
+    for (const std::string spec :
+         {"h2o:budget=12,proxy=1", "h2o:budget=12,decay=0.9,sinks=1,proxy=1", "tova:budget=10,proxy=1",
+          "scissorhands:budget=12,history=8,proxy=1", "keyformer:budget=12,tau=0.5,proxy=1"}) {
+        auto pol = must_create(*params::parse(spec), gqa(64, 4), 64);
+        ASSERT_TRUE(pol);
+        EXPECT_FALSE(pol->needs_attention()) << spec;
+        EXPECT_TRUE(pol->needs_keys()) << spec;
+        expect_matches_reference(spec, 5);
+    }
+    EXPECT_FALSE(kv_policy::create(*params::parse("h2o:budget=12,proxy=2"), gqa(64, 4), 64).ok());
+    EXPECT_FALSE(params::parse("window:budget=12,proxy=1").ok()) << "window reads no attention";
+}
+
+TEST(keydiff, MatchesTheReferenceWithKeysOnly) {
+    expect_matches_reference("keydiff:budget=12", 6);
+    expect_matches_reference("keydiff:budget=10,recent=2,sinks=1", 7);
+}
+
 TEST(policy_facts, FromTheRegistry) {
     const auto full = policy::facts_of("full");
     ASSERT_TRUE(full.ok());
@@ -108,8 +167,10 @@ TEST(policy_facts, FromTheRegistry) {
     EXPECT_EQ(policy::facts_of("l2norm")->source, policy::score_source::keys);
     const auto kf = policy::facts_of("keyformer");
     ASSERT_TRUE(kf.ok());
-    ASSERT_EQ(kf->extra.size(), 2u);
+    ASSERT_EQ(kf->extra.size(), 3u);
     EXPECT_EQ(kf->extra[0].name, "tau");
+    EXPECT_EQ(kf->extra[1].name, "seed");
+    EXPECT_EQ(kf->extra[2].name, "proxy");
     EXPECT_FALSE(policy::facts_of("nope").ok());
     EXPECT_NE(policy::facts_of("nope").error().message().find("valid: full, window"), std::string::npos);
     const auto sweep = policy::default_sweep();

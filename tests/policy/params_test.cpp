@@ -215,6 +215,27 @@ TEST(policy_params, L2normDefaultsAndRules) {
     expect_refused("l2norm:budget=10,sinks=5,recent=5", {"sinks 5", "recent 5", "budget 10"});
 }
 
+TEST(policy_params, KeydiffDefaultsAndRules) {
+    const resolved_params r = must_resolve("keydiff:budget=10");
+    EXPECT_EQ(r.recent, 5);
+    EXPECT_EQ(r.sinks, 0);
+    expect_refused("keydiff", {"keydiff needs a budget"});
+    expect_refused("keydiff:budget=10,decay=0.5", {"decay does not apply"});
+    expect_refused("keydiff:budget=10,proxy=1", {"unknown parameter 'proxy'"});
+}
+
+TEST(policy_params, ProxyIsAnAttentionPolicysParameter) {
+    for (const std::string name : {"h2o", "tova", "scissorhands", "keyformer"}) {
+        EXPECT_EQ(must_resolve(name + ":budget=10,proxy=1").extra.at("proxy"), 1.0) << name;
+        expect_refused(name + ":budget=10,proxy=0.5", {"proxy 0.5", "must be 0"});
+    }
+    for (const std::string name : {"window", "streaming", "l2norm", "keydiff"}) {
+        expect_refused(name + ":budget=10,proxy=1", {"unknown parameter 'proxy'"});
+    }
+    EXPECT_EQ(must_resolve("h2o:budget=10,proxy=1").to_string(), "h2o:budget=10,recent=5,sinks=0,proxy=1");
+    EXPECT_EQ(must_resolve("h2o:budget=10,proxy=0").to_string(), "h2o:budget=10,recent=5,sinks=0");
+}
+
 TEST(policy_params, ProtectedSumDoesNotOverflow) {
     const int64_t big = std::numeric_limits<int64_t>::max();
     expect_refused("h2o:budget=64,recent=" + std::to_string(big) + ",sinks=" + std::to_string(big),

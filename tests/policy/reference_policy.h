@@ -37,6 +37,8 @@
 namespace h2okv::testing {
 
 class reference_policy {
+    struct unit;
+
 public:
     // Which evictable position leaves first.
     enum class rule {
@@ -51,20 +53,22 @@ public:
         if (policy_name == "full") return rule::none;
         if (policy_name == "window" || policy_name == "streaming") return rule::oldest;
         if (policy_name == "h2o" || policy_name == "tova" || policy_name == "scissorhands" ||
-            policy_name == "keyformer" || policy_name == "l2norm")
+            policy_name == "keyformer" || policy_name == "l2norm" || policy_name == "keydiff")
             return rule::lowest_score;
         return std::nullopt;
     }
 
     // How scores are formed (docs/EVICTION_CONTRACT.md clauses 3 and 9).
     enum class scoring {
-        decayed_sum,  // clause 3 (h2o, tova, keyformer)
-        fair_share,   // 9.1 scissorhands: set bits of the last `history` steps' above-fair-share flags
-        key_norm,     // 9.3 l2norm: -||k|| per key, summed, at arrival; rows ignored
+        decayed_sum,   // clause 3 (h2o, tova, keyformer)
+        fair_share,    // 9.1 scissorhands: set bits of the last `history` steps' above-fair-share flags
+        key_norm,      // 9.3 l2norm: -||k|| per key, summed, at arrival; rows ignored
+        key_distance,  // 9.4 keydiff: ranked by the summed cosine distance to the held keys' sum; no score
     };
     static scoring scoring_of(std::string_view policy_name) {
         if (policy_name == "scissorhands") return scoring::fair_share;
         if (policy_name == "l2norm") return scoring::key_norm;
+        if (policy_name == "keydiff") return scoring::key_distance;
         return scoring::decayed_sum;
     }
 
@@ -79,17 +83,21 @@ public:
             tau_ = extra.at("tau");
             seed_ = static_cast<uint64_t>(extra.at("seed"));
         }
+        // 9.5: rows from the keys (one softmax per (layer, KV head) pair), not from the caller.
+        if (auto it = extra.find("proxy"); it != extra.end() && it->second != 0.0) proxy_ = true;
     }
-    bool reads_rows() const { return scoring_ != scoring::key_norm; }
 
-    // A key of chunk token `position` (key_norm scoring): its score gains -||key||.
+    // The keys of chunk token `position`, one call per (layer, KV head) pair of the unit in layer-major
+    // order.
     void add_key(int unit_index, int64_t position, const std::vector<float>& key) {
-        if (scoring_ != scoring::key_norm) return;
         if (!in_chunk_ || position < first_ || position >= first_ + n_)
             throw std::logic_error("reference: add_key outside the chunk");
+        unit& u = units_.at(unit_index);
+        u.keys[position].push_back(key);
+        if (scoring_ != scoring::key_norm) return;
         double sum = 0.0;
         for (float x : key) sum = sum + static_cast<double>(x) * static_cast<double>(x);
-        double& s = units_.at(unit_index).scores[position];
+        double& s = u.scores[position];
         s = s + -std::sqrt(sum);
     }
 
@@ -117,11 +125,19 @@ public:
         if (!in_chunk_ || i < 0 || i >= n_ || i <= u.last_row)
             throw std::logic_error("reference: bad add_row");
         u.last_row = i;
+        if (scoring_ == scoring::key_norm || scoring_ == scoring::key_distance || proxy_) return;
+        apply_row(u, i, increments);
+    }
+
+private:
+    // Clauses 3 and 9.1: the row of chunk query i.
+    void apply_row(unit& u, int i, const row& increments) {
         const int64_t t = first_ + i;
-        if (scoring_ == scoring::key_norm) return;
         if (scoring_ == scoring::fair_share) {
-            // m = the positions this query attended; the unit's increment sums G heads' weights.
-            const double fair = static_cast<double>(heads_) / static_cast<double>(increments.size());
+            // m = the positions this query attended; the unit's increment sums G heads' weights (under the
+            // proxy, one softmax per key pair).
+            const int g = proxy_ ? static_cast<int>(u.keys.at(t).size()) : heads_;
+            const double fair = static_cast<double>(g) / static_cast<double>(increments.size());
             for (const auto& [pos, w] : increments) {
                 std::vector<int>& h = u.history[pos];  // newest flag last
                 h.push_back(w > fair ? 1 : 0);
@@ -147,15 +163,19 @@ public:
         }
     }
 
+public:
     void end_chunk() {
         if (!in_chunk_) throw std::logic_error("reference: end_chunk without begin_chunk");
         for (unit& u : units_) {
+            if (proxy_ && !u.keys.empty()) proxy_rows(u);
             for (int64_t p = first_; p < first_ + n_; ++p) u.scores.emplace(p, 0.0);  // admit
             const int unit_index = static_cast<int>(&u - units_.data());
+            if (scoring_ == scoring::key_distance && std::ssize(u.scores) > budget_) rank_by_distance(u);
             while (rule_ != rule::none && static_cast<int64_t>(u.scores.size()) > budget_) {
-                const int64_t victim = pick_victim(u.scores, unit_index);
+                const int64_t victim = pick_victim(u, unit_index);
                 u.scores.erase(victim);
                 u.history.erase(victim);
+                u.keys.erase(victim);
                 u.victims.push_back(victim);
             }
             std::sort(u.victims.begin(), u.victims.end());
@@ -179,6 +199,8 @@ private:
     struct unit {
         std::map<int64_t, double> scores;
         std::map<int64_t, std::vector<int>> history;  // fair_share: the last `history` flags per position
+        std::map<int64_t, std::vector<std::vector<float>>> keys;  // per position, one key per pair
+        std::map<int64_t, double> distance;                       // key_distance: this chunk's ranks
         std::vector<int64_t> victims;
         int last_row = -1;
     };
@@ -201,7 +223,79 @@ private:
         return score + tau_ * -std::log(-std::log(u));
     }
 
-    int64_t pick_victim(const std::map<int64_t, double>& scores, int unit_index) const {
+    static double dot(const std::vector<float>& k, const std::vector<double>& a) {
+        double s = 0.0;
+        for (size_t d = 0; d < k.size(); ++d) s = s + static_cast<double>(k[d]) * a[d];
+        return s;
+    }
+
+    // 9.5: per chunk query t, per pair, softmax(K k_t / sqrt(d)) over the kept positions and the chunk
+    // positions <= t (ascending); the pairs' weights summed in pair order are the row.
+    void proxy_rows(unit& u) {
+        for (int i = 0; i < n_; ++i) {
+            const int64_t t = first_ + i;
+            std::vector<int64_t> attended;
+            for (const auto& [pos, s] : u.scores) {
+                if (pos < first_) attended.push_back(pos);
+            }
+            for (int64_t p = first_; p <= t; ++p) attended.push_back(p);
+            std::map<int64_t, double> inc;
+            const auto& query = u.keys.at(t);
+            for (size_t pair = 0; pair < query.size(); ++pair) {
+                const std::vector<double> q(query[pair].begin(), query[pair].end());
+                const double scale = 1.0 / std::sqrt(static_cast<double>(q.size()));
+                std::vector<double> z;
+                double top = -INFINITY;
+                for (int64_t p : attended) {
+                    z.push_back(dot(u.keys.at(p)[pair], q) * scale);
+                    top = std::max(top, z.back());
+                }
+                double sum = 0.0;
+                for (double& e : z) {
+                    e = std::exp(e - top);
+                    sum = sum + e;
+                }
+                for (size_t j = 0; j < attended.size(); ++j) inc[attended[j]] = inc[attended[j]] + z[j] / sum;
+            }
+            row r(inc.begin(), inc.end());
+            apply_row(u, i, r);
+        }
+    }
+
+    // 9.4: every held position's summed cosine distance to the sum of the held keys, per pair.
+    void rank_by_distance(unit& u) {
+        u.distance.clear();
+        if (u.keys.empty()) return;
+        const size_t pairs = u.keys.begin()->second.size();
+        const size_t dim = u.keys.begin()->second.front().size();
+        std::vector<std::vector<double>> anchor(pairs, std::vector<double>(dim, 0.0));
+        std::vector<double> anchor_norm(pairs);
+        for (size_t pair = 0; pair < pairs; ++pair) {
+            for (const auto& [pos, ks] : u.keys) {
+                for (size_t d = 0; d < dim; ++d)
+                    anchor[pair][d] = anchor[pair][d] + static_cast<double>(ks[pair][d]);
+            }
+            double s = 0.0;
+            for (double a : anchor[pair]) s = s + a * a;
+            anchor_norm[pair] = std::sqrt(s);
+        }
+        for (const auto& [pos, ks] : u.keys) {
+            double distance = 0.0;
+            for (size_t pair = 0; pair < pairs; ++pair) {
+                double kk = 0.0;
+                for (float x : ks[pair]) kk = kk + static_cast<double>(x) * static_cast<double>(x);
+                const double nk = std::sqrt(kk);
+                const double cos = nk == 0.0 || anchor_norm[pair] == 0.0
+                                       ? 0.0
+                                       : dot(ks[pair], anchor[pair]) / (nk * anchor_norm[pair]);
+                distance = distance + (1.0 - cos);
+            }
+            u.distance[pos] = distance;
+        }
+    }
+
+    int64_t pick_victim(const unit& u, int unit_index) const {
+        const std::map<int64_t, double>& scores = u.scores;
         // Protected: the sinks, and the `recent` largest positions held right now.
         std::set<int64_t> recent_window;
         for (auto it = scores.rbegin(); it != scores.rend() && std::ssize(recent_window) < recent_; ++it) {
@@ -212,6 +306,8 @@ private:
             if (pos < sinks_ || recent_window.count(pos) == 1) continue;
             if (!best) {
                 best = pos;
+            } else if (rule_ == rule::lowest_score && scoring_ == scoring::key_distance) {
+                if (u.distance.at(pos) < u.distance.at(*best)) best = pos;
             } else if (rule_ == rule::lowest_score &&
                        ranked(score, unit_index, pos) < ranked(scores.at(*best), unit_index, *best)) {
                 best = pos;
@@ -229,6 +325,7 @@ private:
     int history_ = 32;
     double tau_ = 0.0;
     uint64_t seed_ = 0;
+    bool proxy_ = false;
     std::vector<unit> units_;
     int64_t next_ = 0, first_ = 0;
     int n_ = 0;

@@ -106,7 +106,8 @@ struct resolved_params {
     // Every parameter of policy_facts::extra, defaults applied.
     std::map<std::string, double, std::less<>> extra;
     // "h2o:budget=256,recent=128,sinks=0,granularity=head" (decay only when it is not 1, positions only when
-    // rolling, then the policy's own parameters); params::parse of it creates the same configuration.
+    // rolling, then the policy's own parameters that differ from their defaults); params::parse of it creates
+    // the same configuration.
     std::string to_string() const;
     bool operator==(const resolved_params&) const = default;
 };
@@ -276,6 +277,11 @@ protected:
     virtual void on_reset() {}
     virtual void on_key(detail::unit_table& t, int unit, int i, int layer, int kv_head,
                         std::span<const float> key) {}
+    // From end_chunk, before anything is admitted or evicted (the chunk is still open).
+    virtual void on_end_chunk() {}
+    // add_row's score update, whether or not the policy reads attention rows from the engine (a policy
+    // that computes its own rows, such as the key-as-query proxy, feeds them here).
+    void apply_row(int unit, int i, const double* row);
     // The table of `unit` (shared by every unit when the policy reads neither attention nor keys).
     detail::unit_table& table(int unit) const;
 

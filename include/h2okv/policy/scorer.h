@@ -11,6 +11,12 @@
 //     order the engine hands them (l2norm); add_row is then a no-op and engines materialise no attention;
 //   - none: the victim is the oldest evictable position (window, streaming).
 //
+// The key-as-query proxy (docs/EVICTION_CONTRACT.md 9.5) turns any attention scorer into a key-scored one:
+// with the extra parameter proxy=1 the base keeps the unit's keys and, at the chunk's end, computes each
+// chunk token's row as softmax(K k_new / sqrt(d)) over what that token would attend, per (layer, KV head),
+// and feeds it to the policy's own score update; the engine computes no attention rows for it. Every
+// built-in attention policy declares `proxy` (k_proxy_param below).
+//
 // An out-of-tree policy registers itself before its first use:
 //
 //   class mine final : public policy::scorer {
@@ -64,6 +70,11 @@ std::unique_ptr<kv_policy> make_policy(const resolved_params& config, const layo
     return std::make_unique<Policy>(config, l);
 }
 
+// The proxy parameter every attention scorer may declare in its entry's `extra`.
+inline constexpr extra_param_def k_proxy_param{
+    "proxy", 0.0,
+    "1: score from the key-as-query proxy softmax(K k / sqrt(d)), no attention rows; 0: real rows"};
+
 // Adds an entry after the built-in ones (it must outlive every use; a static object does). Refuses a name
 // already registered or one that is not [a-z0-9_]+.
 status register_policy(const policy_entry& entry);
@@ -98,6 +109,8 @@ public:
         bool custom_rank = false;
         // Words of per-slot state the base keeps for the policy (zeroed when a token takes the slot).
         int aux_words = 0;
+        // Keep every held token's keys (stored_key()); implied by the proxy.
+        bool store_keys = false;
     };
 
     bool needs_attention() const final { return rule_.source == score_source::attention; }
@@ -130,11 +143,22 @@ protected:
     };
     virtual double key_score(const key_view& k) const { return 0.0; }
 
-    // custom_rank: the value slot `slot` (position `position`, stored `score`) is ranked by when the chunk
-    // ending before `next` evicts from `unit`. Must not be NaN.
-    virtual double rank_score(int unit, int64_t position, double score, int64_t next) const { return score; }
+    // custom_rank: prepare_rank(unit, pos, n_slots) runs once before a unit's victims are ranked (pos: the
+    // slot-indexed positions, -1 free, chunk tokens included); then each evictable slot `slot` (position
+    // `position`, stored `score`) is ranked by rank_score() when the chunk ending before `next` evicts.
+    // NaN ranks as +infinity.
+    virtual void prepare_rank(int unit, const int64_t* pos, int32_t n_slots) const {}
+    virtual double rank_score(int unit, int32_t slot, int64_t position, double score, int64_t next) const {
+        return score;
+    }
 
     int heads_per_unit() const { return heads_per_unit_; }
+    bool proxy() const { return proxy_; }
+    // store_keys: the (layer, KV head) pairs a unit holds keys of (layer-major; 1 under `head`), the key
+    // length (0 before the first key), and the key of pair `pair` stored in `slot` (zeros if none was given).
+    int key_pairs() const { return key_pairs_; }
+    int key_dim() const { return key_dim_; }
+    std::span<const float> stored_key(int unit, int32_t slot, int pair) const;
 
 private:
     void choose_victims(detail::unit_table& t, int count) const final;
@@ -145,11 +169,23 @@ private:
     void on_reset() final;
     void on_key(detail::unit_table& t, int unit, int i, int layer, int kv_head,
                 std::span<const float> key) final;
+    void on_end_chunk() final;
+    int pair_of(int layer, int kv_head) const;
+    // The proxy's rows of the open chunk, fed through apply_row.
+    void proxy_rows(detail::unit_table& t);
 
     rule rule_;
+    bool proxy_ = false;
     int heads_per_unit_ = 1;
-    mutable std::vector<std::vector<uint64_t>> aux_;  // per unit: capacity * aux_words
-    mutable std::vector<double> ranked_;              // custom_rank: capacity entries of ranking scores
+    int key_pairs_ = 1;
+    int key_dim_ = 0;
+    std::vector<std::vector<float>>
+        keys_;                       // per unit: capacity * key_pairs * key_dim, allocated at the first key
+    std::vector<double> proxy_row_;  // capacity entries
+    std::vector<std::pair<int64_t, int32_t>> by_position_;  // capacity entries: (position, slot)
+    std::vector<double> logits_;                            // capacity entries
+    mutable std::vector<std::vector<uint64_t>> aux_;        // per unit: capacity * aux_words
+    mutable std::vector<double> ranked_;                    // custom_rank: capacity entries of ranking scores
 };
 
 }  // namespace h2okv::policy

@@ -26,6 +26,7 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
     return r;
 }
 
+constexpr extra_param_def k_extra[] = {k_proxy_param};
 constexpr const char* k_sweep[] = {"h2o", "h2o:decay=0.98"};
 
 }  // namespace
@@ -36,6 +37,7 @@ extern const policy_entry h2o_entry{.name = "h2o",
                                     .make = &make_policy<accumulated_attention>,
                                     .defaults = "recent = floor(budget / 2), sinks = 0, decay = 1",
                                     .source = score_source::attention,
-                                    .sweep = k_sweep};
+                                    .sweep = k_sweep,
+                                    .extra = k_extra};
 
 }  // namespace h2okv::policy::detail

@@ -29,7 +29,7 @@ public:
           seed_(static_cast<uint64_t>(extra_value(config, "seed"))) {}
 
 protected:
-    double rank_score(int unit, int64_t position, double score, int64_t next) const override {
+    double rank_score(int unit, int32_t slot, int64_t position, double score, int64_t next) const override {
         if (tau_ == 0.0) return score;
         const uint64_t x =
             mix(mix(mix(mix(seed_) ^ static_cast<uint64_t>(unit)) ^ static_cast<uint64_t>(position)) ^
@@ -73,7 +73,8 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
 constexpr const char* k_sweep[] = {"keyformer"};
 constexpr extra_param_def k_extra[] = {
     {"tau", 1.0, "temperature of the Gumbel noise on eviction scores, >= 0 (0 = h2o)"},
-    {"seed", 0.0, "seed of the noise, an integer in [0, 2^53]"}};
+    {"seed", 0.0, "seed of the noise, an integer in [0, 2^53]"},
+    k_proxy_param};
 
 }  // namespace
 

@@ -59,8 +59,8 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
 }
 
 constexpr const char* k_sweep[] = {"scissorhands"};
-constexpr extra_param_def k_extra[] = {
-    {"history", k_default_history, "steps counted, an integer in [1, 64]"}};
+constexpr extra_param_def k_extra[] = {{"history", k_default_history, "steps counted, an integer in [1, 64]"},
+                                       k_proxy_param};
 
 }  // namespace
 

@@ -22,6 +22,7 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
     return r;
 }
 
+constexpr extra_param_def k_extra[] = {k_proxy_param};
 constexpr const char* k_sweep[] = {"tova"};
 
 }  // namespace
@@ -32,6 +33,7 @@ extern const policy_entry tova_entry{.name = "tova",
                                      .make = &make_policy<accumulated_attention>,
                                      .defaults = "recent = 0, sinks = 0, decay forced to 0",
                                      .source = score_source::attention,
-                                     .sweep = k_sweep};
+                                     .sweep = k_sweep,
+                                     .extra = k_extra};
 
 }  // namespace h2okv::policy::detail
