@@ -235,6 +235,10 @@ const std::vector<run_config> kRuns = {
     {"keyformer:budget=10,recent=3,decay=0.95,tau=2,granularity=model", 7},
     {"l2norm:budget=12", 1},
     {"l2norm:budget=10,recent=3,sinks=1,granularity=layer", 5},
+    {"keydiff:budget=12", 1},
+    {"keydiff:budget=10,recent=3,granularity=model", 5},
+    {"h2o:budget=12,proxy=1", 1},
+    {"scissorhands:budget=10,recent=3,history=8,granularity=layer,proxy=1", 7},
 };
 
 // Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): every evicting policy, prefill chunks and decode,
@@ -248,6 +252,8 @@ const std::vector<run_config> kRollingRuns = {
     {"scissorhands:budget=12,positions=rolling", 4},
     {"keyformer:budget=12,tau=0.5,positions=rolling", 1},
     {"l2norm:budget=10,granularity=model,positions=rolling", 5},
+    {"keydiff:budget=12,positions=rolling", 4},
+    {"tova:budget=9,proxy=1,positions=rolling", 1},
 };
 
 TEST(EngineVsNumpy, BundledModel) {

@@ -465,9 +465,10 @@ def round_kv(x, kv_type):
 
 # ------------------------------------------------------------------------------------------------ policy
 
-POLICIES = ("full", "window", "streaming", "h2o", "tova", "scissorhands", "keyformer", "l2norm")
+POLICIES = ("full", "window", "streaming", "h2o", "tova", "scissorhands", "keyformer", "l2norm", "keydiff")
 # Each policy's own parameters and their defaults (docs/EVICTION_CONTRACT.md, clause 9).
-EXTRA_PARAMS = {"scissorhands": {"history": 32.0}, "keyformer": {"tau": 1.0, "seed": 0.0}}
+EXTRA_PARAMS = {"h2o": {"proxy": 0.0}, "tova": {"proxy": 0.0}, "scissorhands": {"history": 32.0, "proxy": 0.0},
+                "keyformer": {"tau": 1.0, "seed": 0.0, "proxy": 0.0}}
 GRANULARITIES = ("head", "layer", "model")
 POSITION_MODES = ("original", "rolling")
 
@@ -502,6 +503,8 @@ def resolve_extra(name, given):
         raise PolicyError(f"scissorhands: history {extra['history']} must be an integer in [1, 64]")
     if name == "keyformer" and not (extra["tau"] >= 0 and math.isfinite(extra["tau"])):
         raise PolicyError(f"keyformer: tau {extra['tau']} must be >= 0")
+    if extra.get("proxy", 0.0) not in (0.0, 1.0):
+        raise PolicyError(f"{name}: proxy {extra['proxy']} must be 0 or 1")
     if name == "keyformer" and not (0 <= extra["seed"] <= 2**53 and extra["seed"] == int(extra["seed"])):
         raise PolicyError(f"keyformer: seed {extra['seed']} must be an integer in [0, 2^53]")
     return extra
@@ -536,10 +539,10 @@ def resolve_policy(name, budget, recent, sinks, decay):
         if decay is not None:
             raise PolicyError(f"streaming: decay {decay} does not apply")
         return budget, recent, sinks, 1.0
-    if name in ("h2o", "keyformer", "scissorhands", "l2norm"):
+    if name in ("h2o", "keyformer", "scissorhands", "l2norm", "keydiff"):
         recent = budget // 2 if recent is None else recent
         sinks = 0 if sinks is None else sinks
-        if name in ("scissorhands", "l2norm") and decay is not None:
+        if name in ("scissorhands", "l2norm", "keydiff") and decay is not None:
             raise PolicyError(f"{name}: decay {decay} does not apply")
         decay = 1.0 if decay is None else decay
         if not 0.0 < decay <= 1.0:
@@ -587,6 +590,10 @@ class Run:
         # scissorhands: per unit and position, the above-fair-share flags of the last `history` rows, newest
         # in bit 0.
         self.history = np.zeros((self.n_units, n_total), dtype=np.uint64)
+        # keydiff and the proxy (clauses 9.4-9.5): every token's key as computed, rotated at the position it
+        # was admitted at, before the KV type's rounding.
+        self.keys = np.zeros((L, n_total, H, hd))
+        self.proxy = self.extra.get("proxy", 0.0) == 1.0
         # Rolling positions: per unit, the position each token's stored key was rotated at (its admission).
         self.admitted = np.zeros((self.n_units, n_total), dtype=np.int64)
         self.n = 0  # positions processed
@@ -629,6 +636,12 @@ class Run:
                 s -= s.max(axis=-1, keepdims=True)
                 e = np.exp(s)
                 p = e / e.sum(axis=-1, keepdims=True)
+            if self.positions == "rolling":
+                for kh in range(m.n_kv):
+                    here = self.admitted[self.unit_of(li, kh), c0:c1]
+                    self.keys[li, c0:c1, kh] = m.rope(k_raw[:, kh:kh + 1], here)[:, 0]
+            else:
+                self.keys[li, c0:c1] = m.rope(k_raw, pos)
             if self.policy == "l2norm":
                 # Clause 9.3: -||k|| of each (layer, KV head) key, added when the token arrives (rotation
                 # keeps the norm, so both position modes give the key's norm as the model computed it).
@@ -697,12 +710,16 @@ class Run:
             for li in range(m.n_layer):
                 for h in range(m.n_head):
                     inc[0] += W[li, h]
-        if self.policy == "l2norm":
+        if self.policy in ("l2norm", "keydiff"):
             return
+        if self.proxy:
+            inc = self._proxy_rows(C, c0, c1)
         if self.policy == "scissorhands":
             # Clause 9.1: per query, positions given more than the fair share G / m of the row (G query heads
             # per unit, m positions attended) set a flag; the score counts the last `history` flags.
             G = {"head": m.group, "layer": m.n_head, "model": m.n_head * m.n_layer}[self.granularity]
+            if self.proxy:
+                G = len(self._pairs(0))
             mask = np.uint64((1 << int(self.extra["history"])) - 1)
             for t in range(C):
                 for u in range(self.n_units):
@@ -728,6 +745,8 @@ class Run:
             return
         by_position = self.policy in ("window", "streaming")
         for u in range(self.n_units):
+            held0 = np.flatnonzero(self.kept[u]).tolist()
+            distance = self._key_distance(u, held0) if self.policy == "keydiff" and len(held0) > self.budget else None
             while True:
                 held = np.flatnonzero(self.kept[u])
                 if len(held) <= self.budget:
@@ -741,6 +760,8 @@ class Run:
                                       f"nothing evictable")
                 if by_position:
                     victim = cand[0]
+                elif distance is not None:
+                    victim = min(cand, key=lambda p: (distance[p], p))
                 elif self.policy == "keyformer" and self.extra["tau"] != 0.0:
                     tau = self.extra["tau"]
                     victim = min(cand, key=lambda p: (self.score[u, p] + tau * self._gumbel(u, p), p))
@@ -749,6 +770,39 @@ class Run:
                 self.kept[u, victim] = False
                 self.score[u, victim] = 0.0
                 self.history[u, victim] = 0
+
+    def _pairs(self, u):
+        """The (layer, KV head) pairs of unit u, layer-major."""
+        m = self.m
+        return [(li, kh) for li in range(m.n_layer) for kh in range(m.n_kv) if self.unit_of(li, kh) == u]
+
+    def _proxy_rows(self, C, c0, c1):
+        """Clause 9.5: per unit and chunk query t, the sum over the unit's pairs of softmax(K k_t / sqrt(d))
+        over the positions t attends."""
+        inc = np.zeros((self.n_units, C, c1))
+        scale = 1.0 / math.sqrt(self.m.head_dim)
+        for u in range(self.n_units):
+            kept = np.flatnonzero(self.kept[u, :c0]).tolist()
+            for t in range(C):
+                att = kept + list(range(c0, c0 + t + 1))
+                for li, kh in self._pairs(u):
+                    z = self.keys[li, att, kh] @ self.keys[li, c0 + t, kh] * scale
+                    e = np.exp(z - z.max())
+                    inc[u, t, att] += e / e.sum()
+        return inc
+
+    def _key_distance(self, u, held):
+        """Clause 9.4: per held position, the sum over the unit's pairs of 1 - cos(k, sum of held keys)."""
+        rank = {p: 0.0 for p in held}
+        for li, kh in self._pairs(u):
+            K = self.keys[li, held, kh]
+            a = K.sum(axis=0)
+            na = np.linalg.norm(a)
+            for j, p in enumerate(held):
+                nk = np.linalg.norm(K[j])
+                cos = 0.0 if nk == 0.0 or na == 0.0 else float(K[j] @ a) / (nk * na)
+                rank[p] += 1.0 - cos
+        return rank
 
     def _gumbel(self, u, p):
         """Clause 9.2: keyformer's noise for unit u, position p, at the eviction after position self.n - 1."""
@@ -792,7 +846,8 @@ def main(argv=None):
     ap.add_argument("--sinks", type=int)
     ap.add_argument("--decay", type=float)
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                    help="a parameter of the policy's own (scissorhands: history; keyformer: tau, seed)")
+                    help="a parameter of the policy's own (scissorhands: history; keyformer: tau, seed; "
+                         "h2o, tova, scissorhands, keyformer: proxy)")
     ap.add_argument("--granularity", default="head")
     ap.add_argument("--positions", default="original", help="RoPE positions: original or rolling")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
