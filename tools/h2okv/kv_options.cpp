@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -22,18 +23,29 @@ void model_options::apply_threads() const {
 }
 
 void kv_options::add_to(CLI::App& cmd) {
+    // Each policy's own parameters, grouped by name: "proxy (h2o, tova; default 0: ...)".
     std::string names;
-    std::string extras;
+    std::vector<std::pair<policy::extra_param, std::string>> extras;
     for (const auto& f : policy::policy_catalog()) {
         names += (names.empty() ? "" : ", ") + f.name;
         for (const auto& x : f.extra) {
-            extras += fmt::format("{}{}: {} (default {}; {})", extras.empty() ? "" : "; ", f.name, x.name,
-                                  x.default_value, x.help);
+            auto it = std::find_if(extras.begin(), extras.end(),
+                                   [&](const auto& e) { return e.first.name == x.name; });
+            if (it == extras.end()) {
+                extras.emplace_back(x, f.name);
+            } else {
+                it->second += ", " + f.name;
+            }
         }
+    }
+    std::string params_help;
+    for (const auto& [x, owners] : extras) {
+        params_help += fmt::format("{}{} ({}; default {}): {}", params_help.empty() ? "" : "; ", x.name,
+                                   owners, x.default_value, x.help);
     }
     cmd.add_option("--kv-policy", policy, "KV eviction policy: " + names)->capture_default_str();
     cmd.add_option("--kv-param", policy_params,
-                   "A parameter of the policy's own, NAME=VALUE (repeatable). " + extras);
+                   "A parameter of the policy's own, NAME=VALUE (repeatable): " + params_help);
     cmd.add_option(
         "--kv-budget", budget,
         "KV budget per eviction unit: a token count (256) or a fraction of the run's length (0.2)");

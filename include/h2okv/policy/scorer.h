@@ -72,8 +72,7 @@ std::unique_ptr<kv_policy> make_policy(const resolved_params& config, const layo
 
 // The proxy parameter every attention scorer may declare in its entry's `extra`.
 inline constexpr extra_param_def k_proxy_param{
-    "proxy", 0.0,
-    "1: score from the key-as-query proxy softmax(K k / sqrt(d)), no attention rows; 0: real rows"};
+    "proxy", 0.0, "1: scores from the key-as-query proxy softmax(K k / sqrt(d)) instead of attention rows"};
 
 // Adds an entry after the built-in ones (it must outlive every use; a static object does). Refuses a name
 // already registered or one that is not [a-z0-9_]+.

@@ -72,7 +72,7 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
 
 constexpr const char* k_sweep[] = {"keyformer"};
 constexpr extra_param_def k_extra[] = {
-    {"tau", 1.0, "temperature of the Gumbel noise on eviction scores, >= 0 (0 = h2o)"},
+    {"tau", 1.0, "temperature of the Gumbel noise on eviction scores, >= 0 (0: h2o)"},
     {"seed", 0.0, "seed of the noise, an integer in [0, 2^53]"},
     k_proxy_param};
 
