@@ -100,6 +100,9 @@ void scorer::update_row(detail::unit_table& t, int unit, int i, const double* ro
     v.aux = rule_.aux_words > 0 ? aux_[static_cast<size_t>(t.unit)].data() : nullptr;
     v.n_slots = t.high_water;
     v.n_attended = int64_t{t.n_kept} + i + 1;
+    v.i = i;
+    v.n_chunk = t.n_chunk;
+    v.chunk_first = t.pos[static_cast<size_t>(t.chunk[0])];
     v.n_heads = proxy_ ? key_pairs_ : heads_per_unit_;  // the proxy's row sums one softmax per key
     update_row(v);
 }
@@ -168,7 +171,7 @@ void scorer::choose_victims(detail::unit_table& t, int count) const {
     if (!rule_.custom_rank) return detail::pick_lowest_scores(t, count);
     // Rank by rank_score(), ties to the lower position; the stored scores stay as they are.
     const int64_t next = t.pos[t.chunk[t.n_chunk - 1]] + 1;
-    prepare_rank(t.unit, t.pos.data(), t.high_water);
+    prepare_rank(t.unit, t.pos.data(), t.high_water, t.n_chunk);
     double* ranked = ranked_.data();
     int32_t m = 0;
     for (int32_t s = 0; s < t.high_water; ++s) {

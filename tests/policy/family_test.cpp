@@ -151,6 +151,15 @@ TEST(proxy, EveryAttentionPolicyMatchesTheReference) {
     EXPECT_FALSE(params::parse("window:budget=12,proxy=1").ok()) << "window reads no attention";
 }
 
+// Prefill chunks rank by pooled votes, decode chunks by position or h2o's sum; parameters the conformance
+// suite's random runs leave at their defaults.
+TEST(snapkv, MatchesTheReferenceForEveryParameter) {
+    expect_matches_reference("snapkv:budget=16,window=3,kernel=3", 8);
+    expect_matches_reference("snapkv:budget=16,window=4,kernel=1,decode=1", 9);
+    expect_matches_reference("snapkv:budget=14,window=2,kernel=7,sinks=1,recent=3", 10);
+    expect_matches_reference("snapkv:budget=16,window=3,proxy=1", 11);
+}
+
 TEST(keydiff, MatchesTheReferenceWithKeysOnly) {
     expect_matches_reference("keydiff:budget=12", 6);
     expect_matches_reference("keydiff:budget=10,recent=2,sinks=1", 7);

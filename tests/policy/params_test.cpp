@@ -59,8 +59,8 @@ void expect_refused(const std::string& spec, const std::vector<std::string>& fra
 
 TEST(policy_registry, NamesInRegistryOrder) {
     // The built-ins (a test elsewhere in this binary may register one more after them).
-    const std::vector<std::string> builtin{"full", "window",       "streaming", "h2o",
-                                           "tova", "scissorhands", "keyformer", "l2norm"};
+    const std::vector<std::string> builtin{"full",         "window",    "streaming", "h2o",     "tova",
+                                           "scissorhands", "keyformer", "l2norm",    "keydiff", "snapkv"};
     const auto names = policy::policy_names();
     ASSERT_GE(names.size(), builtin.size());
     EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + builtin.size()), builtin);
@@ -224,8 +224,22 @@ TEST(policy_params, KeydiffDefaultsAndRules) {
     expect_refused("keydiff:budget=10,proxy=1", {"unknown parameter 'proxy'"});
 }
 
+TEST(policy_params, SnapkvDefaultsAndRules) {
+    const resolved_params r = must_resolve("snapkv:budget=20");
+    EXPECT_EQ(r.recent, 8) << "the observation window";
+    EXPECT_EQ(r.extra.at("window"), 8.0);
+    EXPECT_EQ(r.extra.at("kernel"), 5.0);
+    EXPECT_EQ(r.extra.at("decode"), 0.0);
+    EXPECT_EQ(must_resolve("snapkv:budget=20,window=4").recent, 4);
+    expect_refused("snapkv:budget=20,kernel=4", {"kernel 4", "odd"});
+    expect_refused("snapkv:budget=20,window=0", {"window 0"});
+    expect_refused("snapkv:budget=20,decode=2", {"decode 2"});
+    expect_refused("snapkv:budget=8", {"sinks 0", "recent 8", "budget 8", "recent defaults to the window"});
+    expect_refused("snapkv:budget=20,decay=0.9", {"decay does not apply"});
+}
+
 TEST(policy_params, ProxyIsAnAttentionPolicysParameter) {
-    for (const std::string name : {"h2o", "tova", "scissorhands", "keyformer"}) {
+    for (const std::string name : {"h2o", "tova", "scissorhands", "keyformer", "snapkv"}) {
         EXPECT_EQ(must_resolve(name + ":budget=10,proxy=1").extra.at("proxy"), 1.0) << name;
         expect_refused(name + ":budget=10,proxy=0.5", {"proxy 0.5", "must be 0"});
     }

@@ -53,7 +53,8 @@ public:
         if (policy_name == "full") return rule::none;
         if (policy_name == "window" || policy_name == "streaming") return rule::oldest;
         if (policy_name == "h2o" || policy_name == "tova" || policy_name == "scissorhands" ||
-            policy_name == "keyformer" || policy_name == "l2norm" || policy_name == "keydiff")
+            policy_name == "keyformer" || policy_name == "l2norm" || policy_name == "keydiff" ||
+            policy_name == "snapkv")
             return rule::lowest_score;
         return std::nullopt;
     }
@@ -64,11 +65,13 @@ public:
         fair_share,    // 9.1 scissorhands: set bits of the last `history` steps' above-fair-share flags
         key_norm,      // 9.3 l2norm: -||k|| per key, summed, at arrival; rows ignored
         key_distance,  // 9.4 keydiff: ranked by the summed cosine distance to the held keys' sum; no score
+        snap,  // 9.6 snapkv: a decay-free sum; prefill chunks rank by pooled votes of the last queries
     };
     static scoring scoring_of(std::string_view policy_name) {
         if (policy_name == "scissorhands") return scoring::fair_share;
         if (policy_name == "l2norm") return scoring::key_norm;
         if (policy_name == "keydiff") return scoring::key_distance;
+        if (policy_name == "snapkv") return scoring::snap;
         return scoring::decayed_sum;
     }
 
@@ -79,6 +82,11 @@ public:
         scoring_ = scoring_of(policy_name);
         heads_ = heads_per_unit;
         if (auto it = extra.find("history"); it != extra.end()) history_ = static_cast<int>(it->second);
+        if (policy_name == "snapkv") {
+            window_ = static_cast<int>(extra.at("window"));
+            kernel_ = static_cast<int>(extra.at("kernel"));
+            decode_h2o_ = extra.at("decode") != 0.0;
+        }
         if (policy_name == "keyformer") {
             tau_ = extra.at("tau");
             seed_ = static_cast<uint64_t>(extra.at("seed"));
@@ -116,6 +124,7 @@ public:
         for (unit& u : units_) {
             u.last_row = -1;
             u.victims.clear();
+            u.votes.clear();
         }
     }
 
@@ -160,6 +169,7 @@ private:
                                        std::to_string(pos) + ", which it cannot see");
             }
             u.scores[pos] = u.scores[pos] + w;  // a newcomer starts at 0
+            if (scoring_ == scoring::snap && n_ > 1 && i >= n_ - window_) u.votes[pos] = u.votes[pos] + w;
         }
     }
 
@@ -171,6 +181,7 @@ public:
             for (int64_t p = first_; p < first_ + n_; ++p) u.scores.emplace(p, 0.0);  // admit
             const int unit_index = static_cast<int>(&u - units_.data());
             if (scoring_ == scoring::key_distance && std::ssize(u.scores) > budget_) rank_by_distance(u);
+            if (scoring_ == scoring::snap && std::ssize(u.scores) > budget_) rank_by_votes(u);
             while (rule_ != rule::none && static_cast<int64_t>(u.scores.size()) > budget_) {
                 const int64_t victim = pick_victim(u, unit_index);
                 u.scores.erase(victim);
@@ -200,7 +211,8 @@ private:
         std::map<int64_t, double> scores;
         std::map<int64_t, std::vector<int>> history;  // fair_share: the last `history` flags per position
         std::map<int64_t, std::vector<std::vector<float>>> keys;  // per position, one key per pair
-        std::map<int64_t, double> distance;                       // key_distance: this chunk's ranks
+        std::map<int64_t, double> distance;  // key_distance, snap: this chunk's fixed ranks
+        std::map<int64_t, double> votes;     // snap: this chunk's observation votes
         std::vector<int64_t> victims;
         int last_row = -1;
     };
@@ -294,6 +306,30 @@ private:
         }
     }
 
+    // 9.6: a prefill chunk ranks each held position by the mean of the votes of the held positions within
+    // kernel / 2 places of it (in ascending position order); a decode chunk by position or by the sum.
+    void rank_by_votes(unit& u) {
+        u.distance.clear();
+        std::vector<int64_t> held;
+        for (const auto& [pos, s] : u.scores) held.push_back(pos);
+        const auto n = static_cast<int64_t>(held.size());
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t p = held[static_cast<size_t>(j)];
+            if (n_ == 1) {
+                u.distance[p] = decode_h2o_ ? u.scores.at(p) : static_cast<double>(p);
+                continue;
+            }
+            const int64_t lo = std::max<int64_t>(0, j - kernel_ / 2),
+                          hi = std::min<int64_t>(n - 1, j + kernel_ / 2);
+            double sum = 0.0;
+            for (int64_t k = lo; k <= hi; ++k) {
+                const auto it = u.votes.find(held[static_cast<size_t>(k)]);
+                sum = sum + (it == u.votes.end() ? 0.0 : it->second);
+            }
+            u.distance[p] = sum / static_cast<double>(hi - lo + 1);
+        }
+    }
+
     int64_t pick_victim(const unit& u, int unit_index) const {
         const std::map<int64_t, double>& scores = u.scores;
         // Protected: the sinks, and the `recent` largest positions held right now.
@@ -306,7 +342,8 @@ private:
             if (pos < sinks_ || recent_window.count(pos) == 1) continue;
             if (!best) {
                 best = pos;
-            } else if (rule_ == rule::lowest_score && scoring_ == scoring::key_distance) {
+            } else if (rule_ == rule::lowest_score &&
+                       (scoring_ == scoring::key_distance || scoring_ == scoring::snap)) {
                 if (u.distance.at(pos) < u.distance.at(*best)) best = pos;
             } else if (rule_ == rule::lowest_score &&
                        ranked(score, unit_index, pos) < ranked(scores.at(*best), unit_index, *best)) {
@@ -326,6 +363,8 @@ private:
     double tau_ = 0.0;
     uint64_t seed_ = 0;
     bool proxy_ = false;
+    int window_ = 8, kernel_ = 5;
+    bool decode_h2o_ = false;
     std::vector<unit> units_;
     int64_t next_ = 0, first_ = 0;
     int n_ = 0;

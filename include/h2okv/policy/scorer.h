@@ -129,6 +129,9 @@ protected:
         int32_t n_slots;
         int64_t n_attended;  // positions the query attended (kept + chunk prefix)
         int n_heads;         // query heads whose weights each row entry sums
+        int i;               // the query's index in its chunk
+        int n_chunk;         // the chunk's size
+        int64_t chunk_first;
     };
     virtual void update_row(const row_view& v) const {}
 
@@ -142,11 +145,14 @@ protected:
     };
     virtual double key_score(const key_view& k) const { return 0.0; }
 
-    // custom_rank: prepare_rank(unit, pos, n_slots) runs once before a unit's victims are ranked (pos: the
-    // slot-indexed positions, -1 free, chunk tokens included); then each evictable slot `slot` (position
+    // custom_rank: prepare_rank(unit, pos, n_slots, n_chunk) runs once before a unit's victims are ranked
+    // (pos: the slot-indexed positions, -1 free, chunk tokens included; n_chunk: the size of the chunk
+    // ending); then each evictable slot `slot` (position
     // `position`, stored `score`) is ranked by rank_score() when the chunk ending before `next` evicts.
     // NaN ranks as +infinity.
-    virtual void prepare_rank(int unit, const int64_t* pos, int32_t n_slots) const {}
+    virtual void prepare_rank(int unit, const int64_t* pos, int32_t n_slots, int n_chunk) const {}
+    // The aux words of `unit` (aux_words per slot), as update_row sees them.
+    const uint64_t* aux_of(int unit) const { return aux_[static_cast<size_t>(unit)].data(); }
     virtual double rank_score(int unit, int32_t slot, int64_t position, double score, int64_t next) const {
         return score;
     }

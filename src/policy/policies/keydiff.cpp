@@ -21,7 +21,7 @@ public:
         : scorer(config, l, {.source = score_source::keys, .custom_rank = true, .store_keys = true}) {}
 
 protected:
-    void prepare_rank(int unit, const int64_t* pos, int32_t n_slots) const override {
+    void prepare_rank(int unit, const int64_t* pos, int32_t n_slots, int n_chunk) const override {
         const size_t dim = static_cast<size_t>(key_dim());
         if (dim == 0) return;
         held_.clear();
