@@ -68,6 +68,8 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     // one layer's units (double per slot).
     const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
     fp.table_bytes = pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
+    // A policy that keeps its own copy of the keys (f32).
+    fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
     // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (2 rope_dim
     // floats per slot and distinct rope of the layers), one layer's keys in f32 (head_dim floats per slot and
     // KV head).

@@ -124,6 +124,7 @@ result<footprint> kv_policy::measure() const {
     }
     f.capacity = capacity;
     f.needs_attention = needs_attention();
+    f.stored_keys_per_slot = stored_keys_per_slot();
     f.positions = config_.positions;
     // A decision that reads neither attention nor keys cannot differ between units: they share one table.
     f.n_tables = f.needs_attention || needs_keys() ? f.n_units : 1;

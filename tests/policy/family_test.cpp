@@ -201,6 +201,14 @@ TEST(policy_facts, KeyScoredPoliciesReadNoAttention) {
     ASSERT_TRUE(fp.ok());
     EXPECT_FALSE(fp->needs_attention);
     EXPECT_EQ(fp->n_tables, pol->n_units()) << "key scores differ per unit: one table each";
+    EXPECT_EQ(fp->stored_keys_per_slot, 0) << "l2norm scores a key once and keeps no copy";
+    auto kd = kv_policy::plan(*params::parse("keydiff:budget=8"), gqa(64, 4), 64);
+    ASSERT_TRUE(kd.ok());
+    EXPECT_EQ(kd->stored_keys_per_slot, 1);
+    auto proxy = kv_policy::plan(*params::parse("h2o:budget=8,proxy=1,granularity=layer"), gqa(64, 4), 64);
+    ASSERT_TRUE(proxy.ok());
+    EXPECT_FALSE(proxy->needs_attention);
+    EXPECT_EQ(proxy->stored_keys_per_slot, 2) << "a layer unit keeps both KV heads' keys";
 }
 
 // An out-of-tree policy: keeps the tokens whose key's first element is the largest, defined and

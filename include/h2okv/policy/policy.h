@@ -177,6 +177,9 @@ struct footprint {
     bool needs_attention = false;
     position_mode positions = position_mode::original;  // as resolved (original for `full`)
     int64_t table_bytes = 0;                            // bytes of the slot tables
+    // Keys the policy copies per slot and unit (keydiff, the proxy): that many head_dim floats each, which
+    // the engine adds (the policy does not know head_dim).
+    int stored_keys_per_slot = 0;
 };
 
 class kv_policy {
@@ -197,6 +200,8 @@ public:
     virtual bool needs_attention() const = 0;
     // Whether add_key has any effect: the policy scores tokens from their keys at insertion.
     virtual bool needs_keys() const { return false; }
+    // Keys the policy keeps a copy of per slot and unit (footprint::stored_keys_per_slot).
+    virtual int stored_keys_per_slot() const { return 0; }
     // True when an engine must forward a chunk one token at a time through all layers: a `model`-granularity
     // policy that reads attention needs the rows of every layer for a query before the next query's row.
     // Chunk boundaries, and so evictions, do not change; only how the chunk's tokens are batched.

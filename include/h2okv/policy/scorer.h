@@ -114,6 +114,7 @@ public:
 
     bool needs_attention() const final { return rule_.source == score_source::attention; }
     bool needs_keys() const final { return rule_.source == score_source::keys; }
+    int stored_keys_per_slot() const final { return rule_.store_keys ? key_pairs_ : 0; }
 
 protected:
     scorer(const resolved_params& config, const layout& l, rule r);
