@@ -111,6 +111,8 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     // one layer's units (double per slot).
     const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
     fp.table_bytes += pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
+    // A policy that keeps its own copy of the keys (f32).
+    fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
     // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (rope_dim
     // floats per slot and distinct rope of the layers), one layer's keys in f32 (head_dim floats per slot and
     // KV head) and the turn of each of them (int32 per slot and KV head).
@@ -215,7 +217,12 @@ void kv_cache::write(int layer, int g, int ci, const float* k, const float* v) {
     if (sliding(layer)) {
         window_store_.write(li, g, window_->chunk_slots(0)[static_cast<size_t>(ci)], k, v);
     } else {
-        store_.write(li, g, policy_->chunk_slots(unit_of(layer, g))[static_cast<size_t>(ci)], k, v);
+        const int u = unit_of(layer, g);
+        store_.write(li, g, policy_->chunk_slots(u)[static_cast<size_t>(ci)], k, v);
+        // Key-scored policies see the key as computed, before the store's rounding; layers as the policy
+        // counts them (the global ones).
+        if (policy_->needs_keys())
+            policy_->add_key(u, ci, li, g, std::span<const float>(k, static_cast<size_t>(hp_.head_dim)));
     }
 }
 

@@ -98,6 +98,7 @@ std::string numpy_flags(const run_config& c) {
     if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);
     if (p->decay) f += " --decay " + fmt::format("{}", *p->decay);
     if (p->positions == policy::position_mode::rolling) f += " --positions rolling";
+    for (const auto& [key, value] : p->extra) f += fmt::format(" --param {}={}", key, value);
     if (!c.act_quant) f += " --no-act-quant";
     return f;
 }
@@ -228,6 +229,16 @@ const std::vector<run_config> kRuns = {
     {"tova:budget=9,granularity=model", 7},
     {"streaming:budget=10,sinks=2", 4},
     {"window:budget=8", 1},
+    {"scissorhands:budget=12,history=8", 1},
+    {"scissorhands:budget=10,recent=3,granularity=layer", 5},
+    {"keyformer:budget=12,tau=0.5,seed=3", 1},
+    {"keyformer:budget=10,recent=3,decay=0.95,tau=2,granularity=model", 7},
+    {"l2norm:budget=12", 1},
+    {"l2norm:budget=10,recent=3,sinks=1,granularity=layer", 5},
+    {"keydiff:budget=12", 1},
+    {"keydiff:budget=10,recent=3,granularity=model", 5},
+    {"h2o:budget=12,proxy=1", 1},
+    {"scissorhands:budget=10,recent=3,history=8,granularity=layer,proxy=1", 7},
 };
 
 // Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): every evicting policy, prefill chunks and decode,
@@ -238,6 +249,11 @@ const std::vector<run_config> kRollingRuns = {
     {"h2o:budget=12,positions=rolling", 1},
     {"h2o:budget=10,recent=3,sinks=1,decay=0.95,granularity=layer,positions=rolling", 5},
     {"tova:budget=9,granularity=model,positions=rolling", 7},
+    {"scissorhands:budget=12,positions=rolling", 4},
+    {"keyformer:budget=12,tau=0.5,positions=rolling", 1},
+    {"l2norm:budget=10,granularity=model,positions=rolling", 5},
+    {"keydiff:budget=12,positions=rolling", 4},
+    {"tova:budget=9,proxy=1,positions=rolling", 1},
 };
 
 TEST(EngineVsNumpy, BundledModel) {

@@ -546,7 +546,10 @@ def round_kv(x, kv_type):
 
 # ------------------------------------------------------------------------------------------------ policy
 
-POLICIES = ("full", "window", "streaming", "h2o", "tova")
+POLICIES = ("full", "window", "streaming", "h2o", "tova", "scissorhands", "keyformer", "l2norm", "keydiff")
+# Each policy's own parameters and their defaults (docs/EVICTION_CONTRACT.md, clause 9).
+EXTRA_PARAMS = {"h2o": {"proxy": 0.0}, "tova": {"proxy": 0.0}, "scissorhands": {"history": 32.0, "proxy": 0.0},
+                "keyformer": {"tau": 1.0, "seed": 0.0, "proxy": 0.0}}
 GRANULARITIES = ("head", "layer", "model")
 POSITION_MODES = ("original", "rolling")
 
@@ -568,6 +571,24 @@ def resolve_budget(text, run_length):
     if n < 1:
         raise PolicyError(f"budget {n} must be >= 1")
     return n
+
+
+def resolve_extra(name, given):
+    """The policy's own parameters (clause 9) with defaults applied and validated; returns a dict."""
+    extra = dict(EXTRA_PARAMS.get(name, {}))
+    for key, value in given.items():
+        if key not in extra:
+            raise PolicyError(f"{name}: unknown parameter '{key}'")
+        extra[key] = float(value)
+    if name == "scissorhands" and not (1 <= extra["history"] <= 64 and extra["history"] == int(extra["history"])):
+        raise PolicyError(f"scissorhands: history {extra['history']} must be an integer in [1, 64]")
+    if name == "keyformer" and not (extra["tau"] >= 0 and math.isfinite(extra["tau"])):
+        raise PolicyError(f"keyformer: tau {extra['tau']} must be >= 0")
+    if extra.get("proxy", 0.0) not in (0.0, 1.0):
+        raise PolicyError(f"{name}: proxy {extra['proxy']} must be 0 or 1")
+    if name == "keyformer" and not (0 <= extra["seed"] <= 2**53 and extra["seed"] == int(extra["seed"])):
+        raise PolicyError(f"keyformer: seed {extra['seed']} must be an integer in [0, 2^53]")
+    return extra
 
 
 def resolve_policy(name, budget, recent, sinks, decay):
@@ -599,12 +620,14 @@ def resolve_policy(name, budget, recent, sinks, decay):
         if decay is not None:
             raise PolicyError(f"streaming: decay {decay} does not apply")
         return budget, recent, sinks, 1.0
-    if name == "h2o":
+    if name in ("h2o", "keyformer", "scissorhands", "l2norm", "keydiff"):
         recent = budget // 2 if recent is None else recent
         sinks = 0 if sinks is None else sinks
+        if name in ("scissorhands", "l2norm", "keydiff") and decay is not None:
+            raise PolicyError(f"{name}: decay {decay} does not apply")
         decay = 1.0 if decay is None else decay
         if not 0.0 < decay <= 1.0:
-            raise PolicyError(f"h2o: decay {decay} must be in (0, 1]")
+            raise PolicyError(f"{name}: decay {decay} must be in (0, 1]")
         if sinks + recent >= budget:
             raise PolicyError(f"h2o: sinks {sinks} + recent {recent} must be < budget {budget} "
                               f"(at least one heavy-hitter slot)")
@@ -623,8 +646,9 @@ class Run:
     """The state of one run: K/V at every position, and per eviction unit a kept set with float64 scores."""
 
     def __init__(self, model, n_total, policy="full", budget=None, recent=0, sinks=0, decay=1.0,
-                 granularity="head", kv_type="f32", positions="original"):
+                 granularity="head", kv_type="f32", positions="original", extra=None):
         self.m = model
+        self.extra = resolve_extra(policy, extra or {})
         if positions not in POSITION_MODES:
             raise PolicyError(f"unknown position mode '{positions}' (valid: {', '.join(POSITION_MODES)})")
         # Nothing moves in a cache that never evicts: its ranks are its positions.
@@ -651,6 +675,13 @@ class Run:
         self.v = np.zeros((L, n_total, H, hd))
         self.kept = np.zeros((self.n_units, n_total), dtype=bool)
         self.score = np.zeros((self.n_units, n_total))
+        # scissorhands: per unit and position, the above-fair-share flags of the last `history` rows, newest
+        # in bit 0.
+        self.history = np.zeros((self.n_units, n_total), dtype=np.uint64)
+        # keydiff and the proxy (clauses 9.4-9.5): every token's key as computed, rotated at the position it
+        # was admitted at, before the KV type's rounding.
+        self.keys = np.zeros((L, n_total, H, hd))
+        self.proxy = self.extra.get("proxy", 0.0) == 1.0
         # Rolling positions: per unit, the position each token's stored key was rotated at (its admission).
         self.admitted = np.zeros((self.n_units, n_total), dtype=np.int64)
         self.n = 0  # positions processed
@@ -701,6 +732,18 @@ class Run:
                 s -= s.max(axis=-1, keepdims=True)
                 e = np.exp(s)
                 p = e / e.sum(axis=-1, keepdims=True)
+            if self.positions == "rolling":
+                for kh in range(m.n_kv):
+                    here = self.admitted[self.unit_of(li, kh), c0:c1]
+                    self.keys[li, c0:c1, kh] = m.rope(k_raw[:, kh:kh + 1], here)[:, 0]
+            else:
+                self.keys[li, c0:c1] = m.rope(k_raw, pos)
+            if self.policy == "l2norm":
+                # Clause 9.3: -||k|| of each (layer, KV head) key, added when the token arrives (rotation
+                # keeps the norm, so both position modes give the key's norm as the model computed it).
+                norms = np.sqrt((m.rope(k_raw, pos) ** 2).sum(axis=-1))  # [C][n_kv]
+                for kh in range(m.n_kv):
+                    self.score[self.unit_of(li, kh), c0:c1] += -norms[:, kh]
             o = np.einsum("kgtp,pkd->tkgd", p, V).reshape(C, m.n_head * m.head_dim)
             if not m.sliding[li]:
                 weights.append(p.reshape(m.n_head, C, c1))
@@ -769,6 +812,26 @@ class Run:
             for li in range(G):
                 for h in range(m.n_head):
                     inc[0] += W[li, h]
+        if self.policy in ("l2norm", "keydiff"):
+            return
+        if self.proxy:
+            inc = self._proxy_rows(C, c0, c1)
+        if self.policy == "scissorhands":
+            # Clause 9.1: per query, positions given more than the fair share G / m of the row (G query heads
+            # per unit, m positions attended) set a flag; the score counts the last `history` flags.
+            G = {"head": m.group, "layer": m.n_head, "model": m.n_head * m.n_layer}[self.granularity]
+            if self.proxy:
+                G = len(self._pairs(0))
+            mask = np.uint64((1 << int(self.extra["history"])) - 1)
+            for t in range(C):
+                for u in range(self.n_units):
+                    att = np.flatnonzero(self.kept[u, :c0]).tolist() + list(range(c0, c0 + t + 1))
+                    fair = G / len(att)
+                    for p in att:
+                        bit = np.uint64(1 if inc[u, t, p] > fair else 0)
+                        self.history[u, p] = ((self.history[u, p] << np.uint64(1)) | bit) & mask
+                        self.score[u, p] = float(bin(int(self.history[u, p])).count("1"))
+            return
         for t in range(C):
             # Present at query c0 + t: kept positions and chunk positions < c0 + t. Everything else holds 0
             # (positions not admitted yet) or is never read again (evicted), so scaling the whole row is the
@@ -784,6 +847,8 @@ class Run:
             return
         by_position = self.policy in ("window", "streaming")
         for u in range(self.n_units):
+            held0 = np.flatnonzero(self.kept[u]).tolist()
+            distance = self._key_distance(u, held0) if self.policy == "keydiff" and len(held0) > self.budget else None
             while True:
                 held = np.flatnonzero(self.kept[u])
                 if len(held) <= self.budget:
@@ -797,10 +862,61 @@ class Run:
                                       f"nothing evictable")
                 if by_position:
                     victim = cand[0]
+                elif distance is not None:
+                    victim = min(cand, key=lambda p: (distance[p], p))
+                elif self.policy == "keyformer" and self.extra["tau"] != 0.0:
+                    tau = self.extra["tau"]
+                    victim = min(cand, key=lambda p: (self.score[u, p] + tau * self._gumbel(u, p), p))
                 else:
                     victim = min(cand, key=lambda p: (self.score[u, p], p))
                 self.kept[u, victim] = False
                 self.score[u, victim] = 0.0
+                self.history[u, victim] = 0
+
+    def _pairs(self, u):
+        """The (layer, KV head) pairs of unit u, layer-major."""
+        m = self.m
+        return [(li, kh) for li in range(m.n_layer) for kh in range(m.n_kv) if self.unit_of(li, kh) == u]
+
+    def _proxy_rows(self, C, c0, c1):
+        """Clause 9.5: per unit and chunk query t, the sum over the unit's pairs of softmax(K k_t / sqrt(d))
+        over the positions t attends."""
+        inc = np.zeros((self.n_units, C, c1))
+        scale = 1.0 / math.sqrt(self.m.head_dim)
+        for u in range(self.n_units):
+            kept = np.flatnonzero(self.kept[u, :c0]).tolist()
+            for t in range(C):
+                att = kept + list(range(c0, c0 + t + 1))
+                for li, kh in self._pairs(u):
+                    z = self.keys[li, att, kh] @ self.keys[li, c0 + t, kh] * scale
+                    e = np.exp(z - z.max())
+                    inc[u, t, att] += e / e.sum()
+        return inc
+
+    def _key_distance(self, u, held):
+        """Clause 9.4: per held position, the sum over the unit's pairs of 1 - cos(k, sum of held keys)."""
+        rank = {p: 0.0 for p in held}
+        for li, kh in self._pairs(u):
+            K = self.keys[li, held, kh]
+            a = K.sum(axis=0)
+            na = np.linalg.norm(a)
+            for j, p in enumerate(held):
+                nk = np.linalg.norm(K[j])
+                cos = 0.0 if nk == 0.0 or na == 0.0 else float(K[j] @ a) / (nk * na)
+                rank[p] += 1.0 - cos
+        return rank
+
+    def _gumbel(self, u, p):
+        """Clause 9.2: keyformer's noise for unit u, position p, at the eviction after position self.n - 1."""
+        def mix(z):
+            M = (1 << 64) - 1
+            z = (z + 0x9e3779b97f4a7c15) & M
+            z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M
+            z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M
+            return z ^ (z >> 31)
+        x = mix(mix(mix(mix(int(self.extra["seed"])) ^ u) ^ p) ^ self.n)
+        uniform = ((x >> 11) + 0.5) / 2.0**53
+        return -math.log(-math.log(uniform))
 
     def kept_lists(self):
         """Layer-major, one list per (layer, KV head)."""
@@ -834,6 +950,9 @@ def main(argv=None):
     ap.add_argument("--recent", type=int)
     ap.add_argument("--sinks", type=int)
     ap.add_argument("--decay", type=float)
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a parameter of the policy's own (scissorhands: history; keyformer: tau, seed; "
+                         "h2o, tova, scissorhands, keyformer: proxy)")
     ap.add_argument("--granularity", default="head")
     ap.add_argument("--positions", default="original", help="RoPE positions: original or rolling")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
@@ -892,8 +1011,14 @@ def main(argv=None):
     n_total = len(tokens) + args.generate
     budget = resolve_budget(args.budget, n_total)
     budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay)
+    extra = {}
+    for item in args.param:
+        if "=" not in item:
+            raise PolicyError(f"--param {item}: expected NAME=VALUE")
+        key, value = item.split("=", 1)
+        extra[key] = value
     run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity, args.kv_type,
-              args.positions)
+              args.positions, extra)
     trace = open(args.trace, "w") if args.trace else None
     logits = []
 

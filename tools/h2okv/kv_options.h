@@ -30,11 +30,12 @@ struct model_options {
 };
 
 struct kv_options {
-    std::string policy = "full";
+    std::string policy = policy::params{}.name;
     std::string budget;
     std::optional<int64_t> recent;  // unset: the policy's default
     std::optional<int64_t> sinks;
     std::optional<double> decay;
+    std::vector<std::string> policy_params;  // --kv-param NAME=VALUE: the policy's own parameters
     std::string granularity = "head";
     std::string positions = "original";
     int prefill_chunk = 512;

@@ -23,8 +23,7 @@ struct perplexity_options {
     kv_options kv;
     std::string text_path;
     int64_t max_tokens = 0;
-    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "h2o:decay=0.98", "tova"},
-                        {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
+    sweep_options sweep{policy::default_sweep(), {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
     std::string jsonl_path;
     int nll_window = 0;
 };
