@@ -9,7 +9,8 @@
 namespace h2okv::eval {
 
 result<agreement_result> agreement(model::model& m, std::span<const int32_t> prompt, int64_t n_steps,
-                                   const engine::session_params& sp, const agreement_progress_fn& progress) {
+                                   const engine::session_params& sp, const agreement_progress_fn& progress,
+                                   std::optional<kv::kv_type> reference_kv_type) {
     if (prompt.empty())
         return invalid_argument("agreement: the prompt has no tokens (expected at least BOS)");
     if (n_steps < 1) return invalid_argument("agreement: {} steps, expected at least 1", n_steps);
@@ -17,6 +18,7 @@ result<agreement_result> agreement(model::model& m, std::span<const int32_t> pro
     const int64_t run_length = p + n_steps;
     engine::session_params full_sp = sp;
     full_sp.kv = policy::params{};
+    if (reference_kv_type) full_sp.kv_type = *reference_kv_type;
     H2OKV_ASSIGN_OR_RETURN(auto full, engine::session::create(m, full_sp, run_length));
     H2OKV_ASSIGN_OR_RETURN(auto evicting, engine::session::create(m, sp, run_length));
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct agreement_options {
     kv_options kv;
     std::string prompts_path;
     int64_t n_steps = 64;
+    std::string reference_kv_type;  // empty: the run's own
     sweep_options sweep{policy::default_sweep(), {"0.1", "0.2", "0.4"}};
     std::string jsonl_path;
 };
@@ -62,6 +64,12 @@ int run_agreement(const agreement_options& o) {
         prompts.push_back(std::move(t));
     }
 
+    std::optional<kv::kv_type> reference;
+    if (!o.reference_kv_type.empty()) {
+        auto t = kv::parse_kv_type(o.reference_kv_type);
+        if (!t.ok()) return fail(t.error().with_context("--reference-kv-type"));
+        reference = *t;
+    }
     auto runs = o.sweep.runs(o.kv, o.model.n_ctx);
     if (!runs.ok()) return fail(runs.error());
     auto jsonl = open_jsonl(o.jsonl_path);
@@ -82,8 +90,9 @@ int run_agreement(const agreement_options& o) {
         std::vector<eval::agreement_result> results;
         for (size_t i = 0; i < prompts.size(); ++i) {
             const auto done_before = static_cast<int64_t>(i) * o.n_steps;
-            auto r = eval::agreement(*lm->model, prompts[i], o.n_steps, sp,
-                                     [&](int64_t d, int64_t) { progress(done_before + d, total); });
+            auto r = eval::agreement(
+                *lm->model, prompts[i], o.n_steps, sp,
+                [&](int64_t d, int64_t) { progress(done_before + d, total); }, reference);
             if (!r.ok()) return fail(r.error().with_context(fmt::format("prompt {}", i + 1)));
             if (*jsonl) {
                 nlohmann::json j = {
@@ -96,6 +105,7 @@ int run_agreement(const agreement_options& o) {
                     {"policy", r->config.to_string()},
                     {"policy_spec", spec},
                     {"kv_type", kv::kv_type_name(sp.kv_type)},
+                    {"reference_kv_type", kv::kv_type_name(reference.value_or(sp.kv_type))},
                     {"budget", r->config.budget},
                     {"prompt_tokens", r->prompt_tokens},
                     {"n_steps", r->n_steps},
@@ -133,6 +143,7 @@ int run_agreement(const agreement_options& o) {
                 {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
                 {"granularity", policy::granularity_name(sp.kv.gran)},
                 {"kv_type", kv::kv_type_name(sp.kv_type)},
+                {"reference_kv_type", kv::kv_type_name(reference.value_or(sp.kv_type))},
                 {"prefill_chunk", sp.prefill_chunk},
                 {"threads", omp_get_max_threads()},
                 {"match_rate", s.match_rate},
@@ -165,6 +176,9 @@ void add_agreement_command(CLI::App& app, int* exit_code) {
     cmd->add_option("-n,--n-predict", o->n_steps, "Steps (greedy tokens) compared per prompt")
         ->capture_default_str();
     o->kv.add_to(*cmd);
+    cmd->add_option("--reference-kv-type", o->reference_kv_type,
+                    "KV type of the full-cache reference (default: --kv-type's), e.g. f16 to measure what "
+                    "q4_0 storage and eviction cost together");
     o->sweep.add_to(*cmd);
     cmd->add_option("--jsonl", o->jsonl_path,
                     "Append JSON lines: one per prompt and run, one summary per run (configuration, model "

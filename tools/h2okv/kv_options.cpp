@@ -1,6 +1,7 @@
 #include "kv_options.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -71,6 +72,25 @@ void kv_options::add_to(CLI::App& cmd) {
 result<policy::params> kv_options::to_params() const {
     policy::params p;
     p.name = policy;
+    // Eviction flags under a policy that keeps everything would be silently ignored: refuse them.
+    if (policy::facts_of(policy).ok() && !policy::policy_evicts(policy)) {
+        std::vector<std::string> given;
+        if (!budget.empty()) given.push_back("--kv-budget");
+        if (recent) given.push_back("--kv-recent");
+        if (sinks) given.push_back("--kv-sinks");
+        if (decay) given.push_back("--kv-decay");
+        if (!given.empty()) {
+            std::string evicting;
+            for (const auto& f : policy::policy_catalog()) {
+                if (policy::policy_evicts(f.name)) evicting += (evicting.empty() ? "" : ", ") + f.name;
+            }
+            return invalid_argument(
+                "{} given, but --kv-policy is {}{}, which keeps every token and takes no budget; name an "
+                "evicting policy with --kv-policy ({})",
+                fmt::join(given, ", "), policy, policy == policy::params{}.name ? " (the default)" : "",
+                evicting);
+        }
+    }
     if (!budget.empty()) {
         auto b = policy::budget_spec::parse(budget);
         if (!b.ok()) return b.error().with_context("--kv-budget");

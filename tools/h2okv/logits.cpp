@@ -106,8 +106,8 @@ result<std::vector<int32_t>> input_tokens(const logits_options& o, const gguf::f
     }
     if (o.n_tokens > 0) {
         if (static_cast<int64_t>(tokens.size()) < o.n_tokens) {
-            return invalid_argument("--max-tokens {} but the input has only {} tokens{}", o.n_tokens, tokens.size(),
-                                    o.tokens_path.empty() ? " (BOS included)" : "");
+            return invalid_argument("--max-tokens {} but the input has only {} tokens{}", o.n_tokens,
+                                    tokens.size(), o.tokens_path.empty() ? " (BOS included)" : "");
         }
         tokens.resize(static_cast<size_t>(o.n_tokens));
     }

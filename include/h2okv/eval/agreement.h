@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -48,10 +49,12 @@ struct agreement_result {
 using agreement_progress_fn = std::function<void(int64_t done, int64_t total)>;
 
 // prompt: BOS + the prompt's tokens (at least one token); n_steps >= 1. sp: the policy under test; the
-// reference session uses the same parameters with the `full` policy. Both sessions are created with
-// run_length = prompt.size() + n_steps.
+// reference session uses the same parameters with the `full` policy, and its KV type is reference_kv_type
+// when given (to measure what a KV type costs against, say, a full f16 cache), sp's otherwise. Both sessions
+// are created with run_length = prompt.size() + n_steps.
 result<agreement_result> agreement(model::model& m, std::span<const int32_t> prompt, int64_t n_steps,
-                                   const engine::session_params& sp, const agreement_progress_fn& progress);
+                                   const engine::session_params& sp, const agreement_progress_fn& progress,
+                                   std::optional<kv::kv_type> reference_kv_type = std::nullopt);
 
 // Means over several prompts' results of one configuration.
 struct agreement_summary {

@@ -91,7 +91,7 @@ TEST(Session, KvTypesOnASyntheticModel) {
     model::model* m = sm.model.get();
     const std::vector<int32_t> tokens = testing::random_ids(48, 300, 3);
     const auto full_f32 = run_all(make("full", 0, policy::granularity::head), 8, tokens, kv::kv_type::f32, m);
-    for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0}) {
+    for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0, kv::kv_type::q4_0}) {
         SCOPED_TRACE(kv::kv_type_name(type));
         engine::session_params sp;
         sp.kv_type = type;
@@ -167,9 +167,9 @@ TEST(Session, KvTypeNames) {
         ASSERT_TRUE(parsed.ok());
         EXPECT_EQ(*parsed, type);
     }
-    auto bad = kv::parse_kv_type("q4_0");
+    auto bad = kv::parse_kv_type("q4_1");
     ASSERT_FALSE(bad.ok());
-    EXPECT_NE(bad.error().message().find("f32, f16, q8_0"), std::string::npos) << bad.error().message();
+    EXPECT_NE(bad.error().message().find("f32, f16, q8_0, q4_0"), std::string::npos) << bad.error().message();
     EXPECT_EQ(engine::session_params{}.kv_type, kv::kv_type::f16) << "f16 is the default";
 }
 

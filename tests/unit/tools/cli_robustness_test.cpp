@@ -455,6 +455,13 @@ std::vector<flag_case> flag_cases() {
          {"--kv-policy", "h2o", "--kv-budget", "abc"},
          {"--kv-budget", "budget 'abc' is neither a token count like 256 nor a fraction like 0.2"}},
         {"budget_missing", {"--kv-policy", "h2o"}, {"h2o needs a budget"}},
+        {"budget_without_an_evicting_policy",
+         {"--kv-budget", "8", "--kv-decay", "0.9"},
+         {"--kv-budget, --kv-decay given, but --kv-policy is full (the default), which keeps every token",
+          "--kv-policy (window, streaming, h2o"}},
+        {"recent_under_full",
+         {"--kv-policy", "full", "--kv-recent", "4"},
+         {"--kv-recent given, but --kv-policy is full", "which keeps every token"}},
         {"h2o_recent_not_below_budget",
          {"--kv-policy", "h2o", "--kv-budget", "8", "--kv-recent", "8"},
          {"h2o: sinks 0 + recent 8 must be < budget 8"}},
@@ -533,13 +540,13 @@ TEST_P(bad_flag, is_refused_with_a_message) {
 INSTANTIATE_TEST_SUITE_P(cli, bad_flag, ::testing::ValuesIn(flag_cases()),
                          [](const ::testing::TestParamInfo<flag_case>& i) { return i.param.name; });
 
-// Every registered policy runs from the CLI with a budget that evicts, and its own parameters go through
-// --kv-param.
+// Every registered policy runs from the CLI with a budget that evicts (a policy that evicts nothing takes
+// none), and its own parameters go through --kv-param.
 TEST(cli_input, every_policy_runs_with_its_own_parameters) {
     for (const auto& f : policy::policy_catalog()) {
-        std::vector<std::string> args = {
-            "generate",    "-p", "Once upon a time",   "-n", "24", "--kv-policy", f.name,
-            "--kv-budget", "16", "--kv-prefill-chunk", "4"};
+        std::vector<std::string> args = {"generate",    "-p",   "Once upon a time",   "-n", "24",
+                                         "--kv-policy", f.name, "--kv-prefill-chunk", "4"};
+        if (policy::policy_evicts(f.name)) args.insert(args.end(), {"--kv-budget", "16"});
         for (const auto& x : f.extra)
             args.insert(args.end(), {"--kv-param", fmt::format("{}={}", x.name, x.default_value)});
         const run_result r = run_cli(args);
