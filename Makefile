@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps cli demo test test-debug release results speed throughput rolling cli-doc format clean
+.PHONY: all deps cli demo kvquant test test-debug release results speed throughput rolling cli-doc format clean
 
 all: release
 
@@ -43,6 +43,7 @@ test-debug: deps
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
+	bash scripts/run_kvquant.sh results
 	bash scripts/run_speed.sh results
 	bash scripts/run_throughput.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
@@ -61,6 +62,11 @@ throughput: release
 # about 25 minutes).
 rolling: release
 	bash scripts/run_rolling.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the "Eviction x KV quantization" section (a few minutes).
+kvquant: release
+	bash scripts/run_kvquant.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.

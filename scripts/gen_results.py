@@ -11,6 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_eval import POLICY_ORDER, label, load, plot_accuracy, plot_kept_map, plot_perplexity  # noqa: E402
 from gen_rolling import rolling_section  # noqa: E402
+from gen_kvquant import kvquant_section  # noqa: E402
 
 
 def ppl_section(name, rows, img_dir, lines):
@@ -504,6 +505,7 @@ def main():
         if paths and lines[-1] != "":  # a section of table rows only (arch) ends its table here
             lines.append("")
     rolling_section(res, img_dir, lines)
+    kvquant_section(res, lines)
     traces = sorted(glob.glob(os.path.join(res, "*.trace.jsonl")))
     if traces:
         trace_section(traces[0], img_dir, lines)
