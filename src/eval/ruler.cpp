@@ -604,6 +604,10 @@ status ruler_params::validate() const {
     return ok_status();
 }
 
+int ruler_answer_tokens(const ruler_params& p, const ruler_task_info& task) {
+    return p.answer_tokens > 0 ? p.answer_tokens : task.answer_tokens;
+}
+
 int64_t ruler_trial_count(const ruler_params& p) {
     int64_t n = 0;
     for (const auto& t : p.tasks) {
@@ -633,7 +637,7 @@ result<ruler_trial> run_ruler_prompt(model::model& m, const tokenizer::tokenizer
     tr.prompt_tokens = n;
     tr.protocol = protocol;
     tr.answer_tokens = answer_tokens;
-    tr.run_length = std::max(length, n) + answer_tokens;
+    tr.run_length = std::max(length, n + answer_tokens);
     tr.expected = prompt.expected;
     H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(m, run, tr.run_length));
     const std::span<const int32_t> all(prompt.tokens);
@@ -667,14 +671,15 @@ result<std::vector<ruler_trial>> ruler(model::model& m, const tokenizer::tokeniz
     const int64_t total = ruler_trial_count(p);
     for (const auto& task : p.tasks) {
         H2OKV_ASSIGN_OR_RETURN(auto info, find_ruler_task(task));
-        const int answer_tokens = p.answer_tokens > 0 ? p.answer_tokens : info.answer_tokens;
+        const int answer_tokens = ruler_answer_tokens(p, info);
         const std::vector<double> depths = info.uses_depth ? p.depths : std::vector<double>{-1.0};
         for (int64_t length : p.lengths) {
             for (double depth : depths) {
                 for (int t = 0; t < p.trials; ++t) {
-                    H2OKV_ASSIGN_OR_RETURN(auto prompt,
-                                           build_ruler_prompt(tok, hay, task, length, std::max(depth, 0.0),
-                                                              ruler_trial_seed(p.seed, task, length, t)));
+                    H2OKV_ASSIGN_OR_RETURN(
+                        auto prompt,
+                        build_ruler_prompt(tok, hay, task, length - answer_tokens, std::max(depth, 0.0),
+                                           ruler_trial_seed(p.seed, task, length, t)));
                     for (auto protocol : p.protocols) {
                         H2OKV_ASSIGN_OR_RETURN(
                             auto tr, run_ruler_prompt(m, tok, prompt, protocol, answer_tokens, length, sp));

@@ -70,7 +70,8 @@ int run_ruler(ruler_options& o) {
     // Every prompt is built once before any run, so a length too short for a task is refused up front.
     for (const auto& task : o.params.tasks) {
         for (int64_t length : o.params.lengths) {
-            auto probe = eval::build_ruler_prompt(*tok, *hay, task, length, o.params.depths.front(),
+            const int answer = eval::ruler_answer_tokens(o.params, *eval::find_ruler_task(task));
+            auto probe = eval::build_ruler_prompt(*tok, *hay, task, length - answer, o.params.depths.front(),
                                                   eval::ruler_trial_seed(o.params.seed, task, length, 0));
             if (!probe.ok()) return fail(probe.error().with_context("--lengths"));
         }
@@ -86,10 +87,7 @@ int run_ruler(ruler_options& o) {
     fmt::print("{:<40} {:>7} {:<17} {:>6} {:<8} {:>6} {:>7} {:>8}  {}\n", "policy", "budget", "task",
                "length", "protocol", "score", "trials", "seconds", "score by depth");
     for (const auto& sp : *runs) {
-        int answer_max = o.params.answer_tokens;
-        for (const auto& t : o.params.tasks)
-            answer_max = std::max(answer_max, eval::find_ruler_task(t)->answer_tokens);
-        if (auto st = warn_positions(*lm->model, sp, max_length + answer_max); !st.ok()) return fail(st);
+        if (auto st = warn_positions(*lm->model, sp, max_length); !st.ok()) return fail(st);
         progress_line progress(sp.kv.to_string(), "trials");
         auto r = eval::ruler(*lm->model, *tok, *hay, o.params, sp, progress);
         if (!r.ok()) return fail(r.error());
@@ -188,14 +186,16 @@ void add_ruler_command(CLI::App& app, int* exit_code) {
         "policy and protocol). Two protocols: agnostic prefills the context in chunks of --kv-prefill-chunk, "
         "evicting after each, and only then processes the question as its own chunk; aware processes the "
         "question in the context's last chunk, so the last eviction sees the question's attention. "
-        "Fractional "
-        "budgets are fractions of each length + the task's answer tokens");
+        "Lengths are "
+        "whole runs (prompt + answer tokens, as RULER's max_seq_length); fractional budgets are fractions of "
+        "the length");
     o->model.add_to(*cmd);
     cmd->add_option("--task", o->tasks, task_help)->delimiter(',')->capture_default_str();
     cmd->add_option(
            "--lengths", o->params.lengths,
-           "Prompt lengths in tokens, BOS included, comma-separated (haystack tasks are exactly this "
-           "long; cwe and fwe grow their lists by whole words up to it)")
+           "Run lengths in tokens, comma-separated: the prompt (BOS included) is the length minus the answer "
+           "tokens (exactly, for haystack tasks; cwe and fwe grow their lists by whole words up to it), so "
+           "the model's context length fits")
         ->delimiter(',')
         ->capture_default_str();
     cmd->add_option(

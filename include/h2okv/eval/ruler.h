@@ -39,6 +39,10 @@
 // (tests/golden/ruler_prompts.txt). A value that would occur anywhere else in the prompt (a 7-digit run in
 // the haystack, say) is drawn again.
 //
+// Lengths: build_ruler_prompt's `length` is the prompt's; ruler() and `h2okv ruler --lengths` take whole
+// runs, as RULER's max_seq_length: the prompt is length - answer tokens, so a length equal to the model's
+// context fits it, and fractional budgets are fractions of the length.
+//
 // Protocols (how the prompt reaches the cache; C = --kv-prefill-chunk, Q = the question's tokens):
 //   query-agnostic  the instruction and context are prefilled in chunks of C from the start, each chunk
 //   followed
@@ -142,7 +146,7 @@ double ruler_score(std::string_view output, std::span<const std::string> expecte
 
 struct ruler_params {
     std::vector<std::string> tasks{"niah_single"};  // names from ruler_tasks()
-    std::vector<int64_t> lengths{512};              // prompt tokens, BOS included
+    std::vector<int64_t> lengths{512};              // whole runs: prompt (BOS included) + answer tokens
     std::vector<double> depths{0.0, 0.5, 1.0};      // each in [0, 1]
     int trials = 4;                                 // per (task, length, depth)
     uint64_t seed = 1;
@@ -154,12 +158,12 @@ struct ruler_params {
 struct ruler_trial {
     std::string task;
     ruler_protocol protocol = ruler_protocol::agnostic;
-    int64_t length = 0;         // requested
-    int64_t prompt_tokens = 0;  // built
+    int64_t length = 0;         // requested: prompt + answer tokens, as RULER's max_seq_length
+    int64_t prompt_tokens = 0;  // built: length - answer_tokens (cwe, fwe: at most that)
     double depth = 0.0;         // -1 for tasks that do not use the depth
     int trial = 0;
     int answer_tokens = 0;
-    int64_t run_length = 0;  // length + answer_tokens: what fractional budgets are fractions of
+    int64_t run_length = 0;  // = length: what fractional budgets are fractions of
     int64_t budget = 0;      // the resolved budget (0 for full)
     std::string policy;      // the policy as it ran (policy::resolved_params::to_string)
     std::vector<std::string> expected;
@@ -172,15 +176,20 @@ struct ruler_trial {
 // Called after each trial with (trials done, total).
 using ruler_progress_fn = std::function<void(int64_t done, int64_t total)>;
 
+// Tokens generated per answer of `task` under `p` (p.answer_tokens, or the task's default when 0).
+int ruler_answer_tokens(const ruler_params& p, const ruler_task_info& task);
+
 // The number of trials ruler() runs for `p` (tasks without depth run once per trial, not once per depth).
 int64_t ruler_trial_count(const ruler_params& p);
 
-// Runs one prompt under one protocol in a fresh session (see the protocols above).
+// Runs one prompt under one protocol in a fresh session (see the protocols above); the session's run length
+// is max(length, prompt + answer_tokens).
 result<ruler_trial> run_ruler_prompt(model::model& m, const tokenizer::tokenizer& tok,
                                      const ruler_prompt& prompt, ruler_protocol protocol, int answer_tokens,
                                      int64_t length, const engine::session_params& sp);
 
-// Every (task, length, depth, trial, protocol), task-major in the order of p.tasks, then lengths, depths,
+// Every (task, length, depth, trial, protocol), task-major (prompts of length - answer tokens) in the order
+// of p.tasks, then lengths, depths,
 // trials, protocols. hay.tokens: at least 4 * max(lengths).
 result<std::vector<ruler_trial>> ruler(model::model& m, const tokenizer::tokenizer& tok,
                                        const ruler_haystack& hay, const ruler_params& p,

@@ -285,7 +285,7 @@ TEST(Ruler, ArgumentErrors) {
 TEST(Ruler, TrialCountAndOrder) {
     eval::ruler_params p;
     p.tasks = {"niah_single", "vt"};
-    p.lengths = {300};
+    p.lengths = {340};
     p.depths = {0.0, 1.0};
     p.trials = 2;
     EXPECT_EQ(eval::ruler_trial_count(p), (2 * 2 + 2) * 2);  // vt has no depth
