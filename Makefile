@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps demo test test-debug release results speed throughput rolling cli-doc format clean
+.PHONY: all deps demo test test-debug release results speed throughput rolling ruler cli-doc format clean
 
 all: release
 
@@ -34,6 +34,7 @@ results: release
 	bash scripts/run_rolling.sh results
 	bash scripts/run_speed.sh results
 	bash scripts/run_throughput.sh results
+	bash scripts/run_ruler.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Re-measures only the speed section (the other sections' files must be in results/ from `make results`).
@@ -50,6 +51,11 @@ throughput: release
 # about 25 minutes).
 rolling: release
 	bash scripts/run_rolling.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh).
+ruler: release
+	bash scripts/run_ruler.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.
