@@ -28,7 +28,8 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 15 minutes on 2 cores).
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 30 minutes on 2 cores with
+# the long-context section's 15).
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
@@ -53,7 +54,7 @@ rolling: release
 	bash scripts/run_rolling.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
-# Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh).
+# Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh; about 15 minutes).
 ruler: release
 	bash scripts/run_ruler.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs

@@ -639,21 +639,53 @@ result<ruler_trial> run_ruler_prompt(model::model& m, const tokenizer::tokenizer
     tr.answer_tokens = answer_tokens;
     tr.run_length = std::max(length, n + answer_tokens);
     tr.expected = prompt.expected;
-    H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(m, run, tr.run_length));
     const std::span<const int32_t> all(prompt.tokens);
     const int64_t last_begin = (q - 1) / chunk * chunk;  // the context's last chunk
     const int64_t final_begin = protocol == ruler_protocol::agnostic ? q : last_begin;
-    const int64_t context_end = protocol == ruler_protocol::agnostic ? q : last_begin;
-    for (int64_t b = 0; b < context_end; b += chunk) {
-        const int64_t e = std::min(b + chunk, context_end);
-        H2OKV_RETURN_IF_ERROR(s->process(all.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
-                                         model::logits_mode::none, nullptr));
+    // A fresh session with every chunk but the final one processed; the final one (which holds the question)
+    // is left to the caller.
+    auto prefilled = [&]() -> result<std::unique_ptr<engine::session>> {
+        H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(m, run, tr.run_length));
+        for (int64_t b = 0; b < final_begin; b += chunk) {
+            const int64_t e = std::min(b + chunk, final_begin);
+            H2OKV_RETURN_IF_ERROR(s->process(all.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)),
+                                             model::logits_mode::none, nullptr));
+        }
+        return s;
+    };
+    const std::span<const int32_t> final_chunk = all.subspan(static_cast<size_t>(final_begin));
+
+    // Teacher-forced answer: the expected answers joined by ", ", fed token by token as generation would.
+    std::string joined;
+    for (const auto& e : prompt.expected) joined += (joined.empty() ? "" : ", ") + e;
+    H2OKV_ASSIGN_OR_RETURN(auto answer, encode_piece(tok, joined));
+    if (static_cast<int64_t>(answer.size()) > answer_tokens)
+        answer.resize(static_cast<size_t>(answer_tokens));
+    {
+        H2OKV_ASSIGN_OR_RETURN(auto s, prefilled());
+        std::vector<float> logits;
+        H2OKV_RETURN_IF_ERROR(s->process(final_chunk, model::logits_mode::last, &logits));
+        double nll = 0.0;
+        for (size_t i = 0; i < answer.size(); ++i) {
+            const float mx = *std::max_element(logits.begin(), logits.end());
+            double z = 0.0;
+            for (float l : logits) z += std::exp(static_cast<double>(l - mx));
+            nll -= static_cast<double>(logits[static_cast<size_t>(answer[i])] - mx) - std::log(z);
+            if (i + 1 < answer.size()) {
+                H2OKV_RETURN_IF_ERROR(
+                    s->process(std::span<const int32_t>(&answer[i], 1), model::logits_mode::last, &logits));
+            }
+        }
+        tr.answer_nll = answer.empty() ? 0.0 : nll / static_cast<double>(answer.size());
+        tr.answer_nll_tokens = static_cast<int>(answer.size());
     }
+
+    H2OKV_ASSIGN_OR_RETURN(auto s, prefilled());
     engine::generation_params gp;
     gp.n_predict = answer_tokens;
-    H2OKV_ASSIGN_OR_RETURN(auto g, engine::generate(
-                                       *s, all.subspan(static_cast<size_t>(final_begin)), gp,
-                                       [&tok](int32_t id) { return tok.is_eog(id); }, nullptr));
+    H2OKV_ASSIGN_OR_RETURN(auto g,
+                           engine::generate(
+                               *s, final_chunk, gp, [&tok](int32_t id) { return tok.is_eog(id); }, nullptr));
     tr.generated = tok.decode(g.tokens);
     tr.score = ruler_score(tr.generated, tr.expected);
     tr.evictions = s->cache().policy().total_evictions();

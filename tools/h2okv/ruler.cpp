@@ -84,8 +84,8 @@ int run_ruler(ruler_options& o) {
     const std::string sha = lm->file->sha256();
     fmt::print("ruler: {} trials per (task, length, depth), seed {}, haystack '{}'\n", o.params.trials,
                o.params.seed, o.haystack_path);
-    fmt::print("{:<40} {:>7} {:<17} {:>6} {:<8} {:>6} {:>7} {:>8}  {}\n", "policy", "budget", "task",
-               "length", "protocol", "score", "trials", "seconds", "score by depth");
+    fmt::print("{:<40} {:>7} {:<17} {:>6} {:<8} {:>6} {:>6} {:>7} {:>8}  {}\n", "policy", "budget", "task",
+               "length", "protocol", "score", "nll", "trials", "seconds", "score by depth");
     for (const auto& sp : *runs) {
         if (auto st = warn_positions(*lm->model, sp, max_length); !st.ok()) return fail(st);
         progress_line progress(sp.kv.to_string(), "trials");
@@ -102,11 +102,12 @@ int run_ruler(ruler_options& o) {
         }
         for (const auto& k : order) {
             const auto& ts = rows[k];
-            double sum = 0.0, seconds = 0.0;
+            double sum = 0.0, nll = 0.0, seconds = 0.0;
             std::vector<double> depths;
             std::map<double, std::pair<double, int>> by_depth;
             for (const auto* t : ts) {
                 sum += t->score;
+                nll += t->answer_nll;
                 seconds += t->seconds;
                 if (!by_depth.count(t->depth)) depths.push_back(t->depth);
                 by_depth[t->depth].first += t->score;
@@ -118,15 +119,17 @@ int run_ruler(ruler_options& o) {
                                          by_depth[d].first / by_depth[d].second);
             }
             const int64_t budget = ts.front()->budget;
-            fmt::print("{:<40} {:>7} {:<17} {:>6} {:<8} {:>6.3f} {:>7} {:>8.2f}  {}\n", sp.kv.to_string(),
-                       budget > 0 ? std::to_string(budget) : "-", std::get<0>(k), std::get<1>(k),
-                       std::get<2>(k), sum / static_cast<double>(ts.size()), ts.size(), seconds, per_depth);
+            const auto n_ts = static_cast<double>(ts.size());
+            fmt::print("{:<40} {:>7} {:<17} {:>6} {:<8} {:>6.3f} {:>6.2f} {:>7} {:>8.2f}  {}\n",
+                       sp.kv.to_string(), budget > 0 ? std::to_string(budget) : "-", std::get<0>(k),
+                       std::get<1>(k), std::get<2>(k), sum / n_ts, nll / n_ts, ts.size(), seconds, per_depth);
         }
         if (o.show) {
             for (const auto& t : *r) {
-                fmt::print("  {} {} {} depth {} trial {}: expected {} got {} score {:.2f}\n", t.task,
-                           t.length, eval::ruler_protocol_name(t.protocol), depth_label(t.depth), t.trial,
-                           nlohmann::json(t.expected).dump(), nlohmann::json(t.generated).dump(), t.score);
+                fmt::print("  {} {} {} depth {} trial {}: expected {} got {} score {:.2f} nll {:.3f}\n",
+                           t.task, t.length, eval::ruler_protocol_name(t.protocol), depth_label(t.depth),
+                           t.trial, nlohmann::json(t.expected).dump(), nlohmann::json(t.generated).dump(),
+                           t.score, t.answer_nll);
             }
         }
         std::fflush(stdout);
@@ -158,6 +161,8 @@ int run_ruler(ruler_options& o) {
                     {"expected", t.expected},
                     {"generated", t.generated},
                     {"score", t.score},
+                    {"answer_nll", t.answer_nll},
+                    {"answer_nll_tokens", t.answer_nll_tokens},
                     {"evictions", t.evictions},
                     {"seconds", t.seconds}};
                 **jsonl << j.dump() << "\n";
@@ -231,7 +236,7 @@ void add_ruler_command(CLI::App& app, int* exit_code) {
     cmd->add_option(
         "--jsonl", o->jsonl_path,
         "Append one JSON line per trial and protocol (configuration, model sha256, expected answers, "
-        "output, score, evictions, timings)");
+        "output, score, answer_nll, evictions, timings)");
     cmd->callback([o, exit_code] { *exit_code = run_ruler(*o); });
 }
 

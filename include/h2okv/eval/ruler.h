@@ -59,7 +59,9 @@
 // `full` the two protocols keep everything.
 //
 // Scoring (RULER's string_match_all): the fraction of expected answer strings that occur, case-insensitively,
-// in the greedy output (answer_tokens tokens, or fewer when an end-of-generation token comes).
+// in the greedy output (answer_tokens tokens, or fewer when an end-of-generation token comes). Beside it,
+// answer_nll: the expected answers' teacher-forced negative log-likelihood under the same protocol and policy
+// (ruler_trial::answer_nll), which separates policies on models too small to answer.
 //
 //   H2OKV_ASSIGN_OR_RETURN(auto hay, eval::ruler_haystack::make(tok, moby_dick_text, 1024));
 //   eval::ruler_params rp{.tasks = {"niah_single"}, .lengths = {512, 1024}, .depths = {0.0, 0.5, 1.0}};
@@ -169,6 +171,11 @@ struct ruler_trial {
     std::vector<std::string> expected;
     std::string generated;
     double score = 0.0;  // ruler_score(generated, expected)
+    // Mean negative log-likelihood (nats per token) of the expected answers joined by ", " (their first
+    // answer_tokens tokens), teacher-forced after the prompt in a second run with the same protocol and
+    // policy: a graded signal where a small model's greedy answers all score 0.
+    double answer_nll = 0.0;
+    int answer_nll_tokens = 0;
     int64_t evictions = 0;
     double seconds = 0.0;
 };
@@ -182,8 +189,9 @@ int ruler_answer_tokens(const ruler_params& p, const ruler_task_info& task);
 // The number of trials ruler() runs for `p` (tasks without depth run once per trial, not once per depth).
 int64_t ruler_trial_count(const ruler_params& p);
 
-// Runs one prompt under one protocol in a fresh session (see the protocols above); the session's run length
-// is max(length, prompt + answer_tokens).
+// Runs one prompt under one protocol in a fresh session (see the protocols above) and greedily generates the
+// answer; then, in a second fresh session with the same chunks, teacher-forces the expected answer for
+// answer_nll. Both sessions' run length is max(length, prompt + answer_tokens).
 result<ruler_trial> run_ruler_prompt(model::model& m, const tokenizer::tokenizer& tok,
                                      const ruler_prompt& prompt, ruler_protocol protocol, int answer_tokens,
                                      int64_t length, const engine::session_params& sp);

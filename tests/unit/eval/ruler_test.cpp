@@ -329,6 +329,11 @@ TEST(Ruler, ProtocolsUnderFullAgreeAndEvictionsMatch) {
     auto b = eval::run_ruler_prompt(m, tok(), p, eval::ruler_protocol::aware, 12, 300, full);
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(a->generated, b->generated);
+    EXPECT_NEAR(a->answer_nll, b->answer_nll, 1e-4);
+    EXPECT_GT(a->answer_nll, 0.0);
+    auto answer = eval::encode_piece(tok(), p.expected[0]);
+    ASSERT_TRUE(answer.ok());
+    EXPECT_EQ(a->answer_nll_tokens, std::min<int>(12, static_cast<int>(answer->size())));
     EXPECT_EQ(a->evictions, 0);
     EXPECT_EQ(b->evictions, 0);
 

@@ -60,12 +60,20 @@ TEST_F(RulerCli, SweepWritesOneRecordPerTrialWithTheConfiguration) {
     std::map<std::string, std::string> expected_of;  // (task, length, depth, trial) -> expected answers
     int full = 0, h2o = 0;
     for (const auto& r : recs) {
-        for (const char* f :
-             {"command",       "model",       "model_sha256", "haystack",      "task",          "protocol",
-              "policy",        "policy_name", "budget_spec",  "budget",        "granularity",   "kv_type",
-              "prefill_chunk", "threads",     "length",       "prompt_tokens", "answer_tokens", "run_length",
-              "seed",          "depth",       "trial",        "expected",      "generated",     "score",
-              "evictions",     "seconds"}) {
+        for (const char* f : {"command",       "model",
+                              "model_sha256",  "haystack",
+                              "task",          "protocol",
+                              "policy",        "policy_name",
+                              "budget_spec",   "budget",
+                              "granularity",   "kv_type",
+                              "prefill_chunk", "threads",
+                              "length",        "prompt_tokens",
+                              "answer_tokens", "run_length",
+                              "seed",          "depth",
+                              "trial",         "expected",
+                              "generated",     "score",
+                              "answer_nll",    "answer_nll_tokens",
+                              "evictions",     "seconds"}) {
             EXPECT_TRUE(r.contains(f)) << f << " in " << r.dump();
         }
         EXPECT_EQ(r["command"], "ruler");
@@ -73,6 +81,8 @@ TEST_F(RulerCli, SweepWritesOneRecordPerTrialWithTheConfiguration) {
         EXPECT_TRUE(r["protocol"] == "agnostic" || r["protocol"] == "aware");
         EXPECT_GE(r["score"].get<double>(), 0.0);
         EXPECT_LE(r["score"].get<double>(), 1.0);
+        EXPECT_GT(r["answer_nll"].get<double>(), 0.0);
+        EXPECT_GE(r["answer_nll_tokens"].get<int>(), 1);
         EXPECT_EQ(r["run_length"], r["length"]);
         EXPECT_EQ(r["prompt_tokens"].get<int64_t>(),
                   r["length"].get<int64_t>() - r["answer_tokens"].get<int64_t>());
