@@ -184,8 +184,8 @@ def ruler_section(name, rows, img_dir, lines):
     if all(f is not None for f in full):
         text = f"With the full cache the model scores {full[0]:.2f} / {full[1]:.2f}."
         if max(full) < 0.05:
-            text += (" It cannot do these tasks even with every token kept, so the scores below cannot tell the "
-                     "policies apart; the answer NLL table can.")
+            text += (" It cannot do these tasks even with every token kept, so the scores cannot tell the "
+                     "policies apart; the answer NLL below is the graded signal.")
         lines.append(text + "\n")
     reading = []
     for b in sorted({b for _, b in keys if b < 1.0}):
@@ -213,6 +213,12 @@ def ruler_section(name, rows, img_dir, lines):
                                for v, f in zip(vals, base))
             lines.append(f"| {p} | {'100 %' if p == 'full' else f'{b:g}'} | {cells} | {delta} |")
         lines.append("")
+        evicted = [sum(v) / len(v) for (p, b, _), v in nll.items() if p != "full"]
+        full_nll = [sum(f) / len(f) for f in base if f is not None]
+        if evicted and full_nll and min(evicted) <= min(full_nll):
+            lines.append("Some evicting policies give the answers a likelihood at least as high as the full cache "
+                         "does: the model does not draw on the needles (the answer's likelihood comes from the "
+                         "question and local context), so these rows say nothing about retrieval either.\n")
         png = f"ruler_nll_{name}.png"
         plot_budget(rows, os.path.join(img_dir, png), f"{model}: answer NLL vs KV budget", "answer_nll")
         lines.append(f"![answer NLL vs budget](img/{png})\n")

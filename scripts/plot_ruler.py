@@ -87,7 +87,7 @@ def plot_depth(rows, png, title):
     fig, axes = plt.subplots(1, len(protocols), figsize=(1.2 + 0.7 * len(depths) * len(protocols) + 2.5,
                                                          0.9 + 0.32 * len(ylabels)), squeeze=False)
     image = None
-    for ax, proto in zip(axes[0], protocols):
+    for col, (ax, proto) in enumerate(zip(axes[0], protocols)):
         means = cell_means([r for r in rows if r["protocol"] == proto], lambda r: (label(r), budget_of(r), r["depth"]))
         grid = [[means.get((p, b, d), float("nan")) for d in depths] for p, b in ylabels]
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
@@ -96,7 +96,8 @@ def plot_depth(rows, png, title):
                 if v == v:
                     ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7)
         ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths])
-        ax.set_yticks(range(len(ylabels)), [p if p == "full" else f"{p} {b:g}" for p, b in ylabels], fontsize=8)
+        names = [p if p == "full" else f"{p} {b:g}" for p, b in ylabels]
+        ax.set_yticks(range(len(ylabels)), names if col == 0 else [""] * len(names), fontsize=8)
         ax.set_xlabel("needle depth")
         ax.set_title(f"query-{proto}", fontsize=10)
     if image is not None:
