@@ -23,7 +23,7 @@ result<setup> resolve(const model::model& m, const session_params& p, int64_t ru
     H2OKV_RETURN_IF_ERROR(p.validate());
     if (run_length < 1) return invalid_argument("run length {} must be >= 1", run_length);
     const int64_t n_ctx = p.n_ctx > 0 ? p.n_ctx : m.params().n_ctx_train;
-    if (p.kv.name == "full" && run_length > n_ctx) {
+    if (!policy::policy_evicts(p.kv.name) && run_length > n_ctx) {
         return invalid_argument(
             "the run needs {} tokens but the context holds {} under the `full` policy; shorten the prompt or "
             "-n, raise -c, or use an evicting policy with --kv-positions rolling (its positions stay below "
@@ -58,7 +58,7 @@ result<std::string> session::position_warning(const model::model& m, const sessi
             highest - 1, trained, m.params().arch);
     }
     if (run_length <= trained) return std::string();
-    if (p.kv.name == "full") {
+    if (!policy::policy_evicts(p.kv.name)) {
         return fmt::format(
             "the run is {} tokens, past the model's trained context of {} ({}.context_length): positions "
             "beyond it are outside what the model was trained on and quality usually collapses; an evicting "

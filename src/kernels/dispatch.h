@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/q8_0_act.h"
 #include "kernels/q8k.h"
 
 namespace h2okv::kernels::detail {
@@ -28,6 +29,11 @@ struct kernel_table {
                         int64_t r1);
     void (*turn_rows)(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
                       int rope_dim, rope_pairing p, const float* tables, float* dst);
+    // The Q8_0 products (kernels/q8_0_act.h), in the same two steps as the k-quants: quantize_q8_0 as
+    // detail::quantize_q8_0_act, then q8_0_rows over token t's blocks at xq + t * w.cols / 32, plain or
+    // q8_0_x16 rows. Same bits on every ISA.
+    quantize_q8_0_fn quantize_q8_0;
+    void (*q8_0_rows)(const matrix_view& w, const q8_0_act* xq, int n_tok, float* y, int64_t r0, int64_t r1);
 };
 
 const kernel_table& reference_table();

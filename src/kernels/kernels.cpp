@@ -56,9 +56,18 @@ const detail::kernel_table& table() {
 namespace detail {
 
 const kernel_table& reference_table() {
-    static const kernel_table t{
-        isa::reference, &ref::matmul_rows, &ref::dequantize_row,  &ref::softmax,     &ref::attend,
-        &ref::rmsnorm,  &ref::swiglu,      &detail::quantize_q8k, &ref::kquant_rows, &ref::turn_rows};
+    static const kernel_table t{isa::reference,
+                                &ref::matmul_rows,
+                                &ref::dequantize_row,
+                                &ref::softmax,
+                                &ref::attend,
+                                &ref::rmsnorm,
+                                &ref::swiglu,
+                                &detail::quantize_q8k,
+                                &ref::kquant_rows,
+                                &ref::turn_rows,
+                                &detail::quantize_q8_0_act,
+                                &ref::q8_0_rows};
     return t;
 }
 
@@ -102,16 +111,20 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
     int64_t work = 0;
     int64_t n_blocks = 0;
     bool k_quant = false;
+    bool q8_0 = false;
     for (int i = 0; i < n; ++i) {
         assert(ws[i].cols == ws[0].cols);
         work += ws[i].rows * ws[i].cols * n_tok;
         n_blocks += (ws[i].rows + row_block - 1) / row_block;
         k_quant = k_quant || ws[i].type == tensor_type::q4_k || ws[i].type == tensor_type::q6_k;
+        q8_0 = q8_0 || ws[i].type == tensor_type::q8_0;
     }
-    // The k-quants quantise the activations once, for every matrix and thread (a failed allocation takes
-    // matmul_rows, which falls back to quantising block by block).
+    // The k-quants and Q8_0 quantise the activations once, for every matrix and thread (a failed allocation
+    // takes matmul_rows, which falls back to quantising block by block).
     const detail::q8k_block* xq =
         k_quant ? detail::quantize_tokens(x, n_tok, ws[0].cols, tb.quantize_q8k) : nullptr;
+    const detail::q8_0_act* xq8 =
+        q8_0 ? detail::quantize_q8_0_tokens(x, n_tok, ws[0].cols, tb.quantize_q8_0) : nullptr;
     // Row blocks [b0, b1) of the matrices taken one after the other.
     auto blocks = [&](int64_t b0, int64_t b1) {
         int64_t first = 0;
@@ -126,6 +139,8 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
             const int64_t r1 = std::min(w.rows, hi * row_block);
             if (xq != nullptr && (w.type == tensor_type::q4_k || w.type == tensor_type::q6_k)) {
                 tb.kquant_rows(w, xq, n_tok, ys[i], r0, r1);
+            } else if (xq8 != nullptr && w.type == tensor_type::q8_0) {
+                tb.q8_0_rows(w, xq8, n_tok, ys[i], r0, r1);
             } else {
                 tb.matmul_rows(w, x, n_tok, ys[i], r0, r1);
             }
@@ -199,6 +214,7 @@ bool attend_supports(tensor_type t, int head_dim) noexcept {
         case tensor_type::f32:
         case tensor_type::f16: return true;
         case tensor_type::q8_0: return head_dim % detail::q8_0_elems == 0;
+        case tensor_type::q4_0: return head_dim % detail::q4_0_elems == 0;
         default: return false;
     }
 }

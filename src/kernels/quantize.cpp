@@ -32,8 +32,10 @@ void quantize_q4_0(const float* src, int64_t n, std::byte* dst) {
             }
         }
         // The extreme value maps to q = 0 (value -8 d = max exactly up to d's rounding); the other side
-        // reaches only +7 d.
-        const float d = detail::half_to_float(store_half(max / -8.0f, block));
+        // reaches only +7 d. As ggml's quantize_row_q4_0_ref, the steps divide by d before its fp16 rounding,
+        // so a q4_0 KV cache holds llama.cpp's bits.
+        const float d = max / -8.0f;
+        store_half(d, block);
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         auto q = [&](float v) { return std::clamp(static_cast<int>(std::floor(v * id + 8.5f)), 0, 15); };
         for (int i = 0; i < 16; ++i) {

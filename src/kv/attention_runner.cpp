@@ -32,9 +32,25 @@ void add_heads(double* row, const int32_t* slots, int n, const float* const* hea
     }
 }
 
+// kernels::attend, or its soft-capped twin when the model caps attention scores (Gemma 2).
+void attend_slots(const model::hparams& hp, const float* q, int n_q, const kernels::kv_rows& k,
+                  const kernels::kv_rows& v, std::span<const int32_t> slots, float* out, float* w,
+                  size_t w_stride, double* row) {
+    const int n = static_cast<int>(slots.size());
+    if (hp.attn_softcap > 0.0f) {
+        kernels::attend_softcap(q, n_q, k, v, hp.head_dim, slots.data(), n, hp.attention_scale(),
+                                hp.attn_softcap, out, w, w_stride, row);
+    } else {
+        kernels::attend(q, n_q, k, v, hp.head_dim, slots.data(), n, hp.attention_scale(), out, w, w_stride,
+                        row);
+    }
+}
+
 bool same_shape(const model::hparams& a, const model::hparams& b) {
     return a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_kv_head == b.n_kv_head &&
-           a.head_dim == b.head_dim;
+           a.head_dim == b.head_dim && a.layer_sliding == b.layer_sliding &&
+           a.sliding_window == b.sliding_window && a.attn_softcap == b.attn_softcap &&
+           a.attn_scale == b.attn_scale;
 }
 
 }  // namespace
@@ -104,10 +120,8 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
     for (const query& qu : queries_) {
         kv_cache& c = *segs_[static_cast<size_t>(qu.seg)].cache;
         for (int g = 0; g < hp_.n_kv_head; ++g) {
-            const int32_t slot =
-                c.policy_->chunk_slots(c.policy_->unit_of(layer, g))[static_cast<size_t>(qu.ci)];
             const size_t off = static_cast<size_t>(qu.token) * kv_stride + static_cast<size_t>(g) * hd;
-            c.store_.write(layer, g, slot, k + off, v + off);
+            c.write(layer, g, qu.ci, k + off, v + off);
         }
     }
 }
@@ -120,7 +134,7 @@ void attention_runner::roll_keys(int layer) {
         if (!c.rolling()) continue;
         for (int g = 0; g < hp_.n_kv_head; ++g) {
             roll_items_.emplace_back(s, g);
-            work += int64_t{c.n_kept_[static_cast<size_t>(c.policy_->unit_of(layer, g))]} * hp_.head_dim;
+            work += int64_t{c.n_kept_[static_cast<size_t>(c.unit_of(layer, g))]} * hp_.head_dim;
         }
     }
     const int n = static_cast<int>(roll_items_.size());
@@ -134,7 +148,7 @@ void attention_runner::roll_keys(int layer) {
 
 int attention_runner::n_att(int layer, const query& qu, int g) const {
     const kv_cache& c = *segs_[static_cast<size_t>(qu.seg)].cache;
-    return c.n_kept_[static_cast<size_t>(c.policy_->unit_of(layer, g))] + qu.ci + 1;
+    return static_cast<int>(c.attended(layer, g, qu.ci).size());
 }
 
 status attention_runner::attend_parallel(int layer, const float* q, float* out) {
@@ -142,7 +156,6 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
     const int group = hp_.gqa_group();
     const int n_kv = hp_.n_kv_head;
     const size_t q_stride = static_cast<size_t>(hp_.n_head) * hd;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     const int nq = static_cast<int>(queries_.size());
 
@@ -178,7 +191,8 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
         for (int qi = q0; qi < q1; ++qi) {
             const segment& sg = segs_[static_cast<size_t>(queries_[qi].seg)];
             const int in_block = std::min(q1, sg.first + sg.n) - std::max(q0, sg.first);
-            fused_[static_cast<size_t>(qi - q0)] = sg.scores && sg.per_head && parts == 1 && in_block == 1;
+            fused_[static_cast<size_t>(qi - q0)] =
+                sg.scores && sg.per_head && parts == 1 && in_block == 1 && !sg.cache->sliding(layer);
         }
         const int items = nb * n_kv * parts;
         const bool fork =
@@ -191,16 +205,15 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const int p = it % parts;
             const query& qu = queries_[static_cast<size_t>(qi)];
             kv_cache& c = *segs_[static_cast<size_t>(qu.seg)].cache;
-            const int u = c.policy_->unit_of(layer, g);
-            const int n = c.n_kept_[static_cast<size_t>(u)] + qu.ci + 1;
+            const std::span<const int32_t> slots = c.attended(layer, g, qu.ci);
+            const auto n = slots.size();
             float* w = weights_.data() + w_off_[static_cast<size_t>(qi - q0) * n_kv + g] +
                        static_cast<size_t>(p) * per_part * n;
             const size_t qo =
                 static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(g * group + p * per_part) * hd;
-            double* row = fused_[static_cast<size_t>(qi - q0)] ? c.row(u) : nullptr;
-            kernels::attend(q + qo, per_part, c.keys(layer, g), c.store_.v(layer, g), hd,
-                            c.attended_[static_cast<size_t>(u)].data(), n, scale, out + qo, w,
-                            static_cast<size_t>(n), row);
+            double* row = fused_[static_cast<size_t>(qi - q0)] ? c.row(c.unit_of(layer, g)) : nullptr;
+            attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g), slots, out + qo, w, n,
+                         row);
         }
 
         // Commits: (segment, unit) tasks; each unit owns its row and policy table, so units commit in
@@ -211,10 +224,9 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
         const int s1 = queries_[static_cast<size_t>(q1 - 1)].seg;
         for (int s = s0; s <= s1; ++s) {
             const segment& sg = segs_[static_cast<size_t>(s)];
-            if (!sg.scores) continue;
+            if (!sg.scores || sg.cache->sliding(layer)) continue;  // no policy rows for window layers
             observed = observed || static_cast<bool>(sg.cache->observer_);
-            const policy::kv_policy& pol = *sg.cache->policy_;
-            for (int u = pol.unit_of(layer, 0); u <= pol.unit_of(layer, n_kv - 1); ++u)
+            for (int u = sg.cache->unit_of(layer, 0); u <= sg.cache->unit_of(layer, n_kv - 1); ++u)
                 tasks_.emplace_back(s, u);
         }
         if (observed) {
@@ -243,9 +255,8 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
 void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
     const segment& sg = segs_[static_cast<size_t>(s)];
     kv_cache& c = *sg.cache;
-    const policy::kv_policy& pol = *c.policy_;
     const int group = hp_.gqa_group();
-    const bool hand = pol.config().gran != policy::granularity::model || layer == hp_.n_layer - 1;
+    const bool hand = c.hands_rows(layer);
     double* row = c.row(u);
     const auto& slots = c.attended_[static_cast<size_t>(u)];
     const int qa = std::max(q0, sg.first);
@@ -258,7 +269,7 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
             const float* heads[max_unit_heads];
             int n_heads = 0;
             for (int g = 0; g < hp_.n_kv_head; ++g) {
-                if (pol.unit_of(layer, g) != u) continue;
+                if (c.unit_of(layer, g) != u) continue;
                 const float* base = weights_.data() + w_off_[bi * static_cast<size_t>(hp_.n_kv_head) + g];
                 for (int h = 0; h < group; ++h) heads[n_heads++] = base + static_cast<size_t>(h) * n;
                 if (n_heads + group > max_unit_heads) {  // more heads than the array: add these now
@@ -272,21 +283,6 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
     }
 }
 
-namespace {
-
-// The positions of the slots a query attends: kept positions, then the chunk prefix.
-void attended_positions(const policy::kv_policy& pol, int u, std::span<const int32_t> slots, int n_kept,
-                        int n, int64_t chunk_first, std::vector<int64_t>* out) {
-    const auto pos = pol.slot_positions(u);
-    out->clear();
-    for (int j = 0; j < n; ++j) {
-        out->push_back(j < n_kept ? pos[static_cast<size_t>(slots[static_cast<size_t>(j)])]
-                                  : chunk_first + (j - n_kept));
-    }
-}
-
-}  // namespace
-
 void attention_runner::hand_over(const segment& sg, int u, int ci) {
     kv_cache& c = *sg.cache;
     const auto& slots = c.attended_[static_cast<size_t>(u)];
@@ -295,7 +291,11 @@ void attention_runner::hand_over(const segment& sg, int u, int ci) {
     double* row = c.row(u);
     if (c.observer_) {
         std::vector<int64_t> positions;
-        attended_positions(*c.policy_, u, slots, n_kept, n, c.chunk_first_, &positions);
+        const auto pos = c.policy_->slot_positions(u);
+        for (int j = 0; j < n; ++j) {
+            positions.push_back(j < n_kept ? pos[static_cast<size_t>(slots[static_cast<size_t>(j)])]
+                                           : c.chunk_first_ + (j - n_kept));
+        }
         std::vector<double> increments;
         for (int j = 0; j < n; ++j) increments.push_back(row[slots[static_cast<size_t>(j)]]);
         c.observer_(u, c.chunk_first_ + ci, positions, increments);
@@ -313,11 +313,8 @@ void attention_runner::emit_weights(int layer, int q0, int q1) {
         if (!c.weights_observer_) continue;
         for (int h = 0; h < hp_.n_head; ++h) {
             const int g = h / group;
-            const int u = c.policy_->unit_of(layer, g);
-            const int n_kept = c.n_kept_[static_cast<size_t>(u)];
-            const int n = n_kept + qu.ci + 1;
-            attended_positions(*c.policy_, u, c.attended_[static_cast<size_t>(u)], n_kept, n, c.chunk_first_,
-                               &positions);
+            c.attended_positions(layer, g, qu.ci, &positions);
+            const auto n = positions.size();
             const float* w = weights_.data() + w_off_[static_cast<size_t>(qi - q0) * hp_.n_kv_head + g] +
                              static_cast<size_t>(h - g * group) * n;
             c.weights_observer_(layer, h, c.chunk_first_ + qu.ci, positions,
@@ -332,7 +329,6 @@ status attention_runner::attend_reference(int layer, const float* q, float* out)
     const int hd = hp_.head_dim;
     const int group = hp_.gqa_group();
     const size_t q_stride = static_cast<size_t>(hp_.n_head) * hd;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const int nq = static_cast<int>(queries_.size());
     for (int qi = 0; qi < nq; ++qi) {
         const query& qu = queries_[static_cast<size_t>(qi)];
@@ -351,24 +347,24 @@ status attention_runner::attend_reference(int layer, const float* q, float* out)
             return out_of_memory("attention: cannot allocate {:.1f} MiB of softmax weights",
                                  static_cast<double>(floats) * 4 / (1 << 20));
         }
+        const bool scores = sg.scores && !c.sliding(layer);
         for (int g = 0; g < hp_.n_kv_head; ++g) {
-            const int u = c.policy_->unit_of(layer, g);
-            const int n = n_att(layer, qu, g);
-            const int32_t* slots = c.attended_[static_cast<size_t>(u)].data();
+            const std::span<const int32_t> att = c.attended(layer, g, qu.ci);
+            const int n = static_cast<int>(att.size());
+            const int32_t* slots = att.data();
             for (int h = g * group; h < (g + 1) * group; ++h) {
                 const size_t qo = static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(h) * hd;
                 float* w =
                     weights_.data() + w_off_[static_cast<size_t>(g)] + static_cast<size_t>(h - g * group) * n;
-                kernels::attend(q + qo, 1, c.keys(layer, g), c.store_.v(layer, g), hd, slots, n, scale,
-                                out + qo, w, static_cast<size_t>(n), nullptr);
-                if (!sg.scores) continue;
-                double* row = c.row(u);
+                attend_slots(hp_, q + qo, 1, c.keys(layer, g), c.values(layer, g), att, out + qo, w,
+                             static_cast<size_t>(n), nullptr);
+                if (!scores) continue;
+                double* row = c.row(c.unit_of(layer, g));
                 for (int j = 0; j < n; ++j) row[slots[j]] += static_cast<double>(w[j]);
             }
         }
-        const policy::kv_policy& pol = *c.policy_;
-        if (sg.scores && (pol.config().gran != policy::granularity::model || layer == hp_.n_layer - 1)) {
-            for (int u = pol.unit_of(layer, 0); u <= pol.unit_of(layer, hp_.n_kv_head - 1); ++u) {
+        if (scores && c.hands_rows(layer)) {
+            for (int u = c.unit_of(layer, 0); u <= c.unit_of(layer, hp_.n_kv_head - 1); ++u) {
                 hand_over(sg, u, qu.ci);
             }
         }

@@ -32,14 +32,36 @@ status check_memory(const model::hparams& hp, const cache_footprint& fp, kv_type
         static_cast<double>(fp.table_bytes) / k_gib, limit);
 }
 
+// The policy's layers: the global ones (all of them without sliding-window layers).
 policy::layout layout_of(const model::hparams& hp, int max_chunk, int64_t n_ctx) {
     policy::layout l;
-    l.n_layer = hp.n_layer;
+    l.n_layer = hp.n_layer - hp.n_sliding();
     l.n_kv_head = hp.n_kv_head;
     l.n_head = hp.n_head;
     l.max_chunk = max_chunk;
     l.max_positions = n_ctx;
     return l;
+}
+
+// The sliding-window layers' slot table: a `window` policy over those layers with one unit, keeping the last
+// W - 1 positions between chunks (a query attends itself and the W - 1 before it).
+policy::params window_params(const model::hparams& hp) {
+    policy::params p;
+    p.name = "window";
+    p.budget = policy::budget_spec::count(std::max<int64_t>(1, hp.sliding_window - 1));
+    p.gran = policy::granularity::model;
+    return p;
+}
+
+policy::layout window_layout(const model::hparams& hp, int max_chunk, int64_t n_ctx) {
+    policy::layout l = layout_of(hp, max_chunk, n_ctx);
+    l.n_layer = hp.n_sliding();
+    return l;
+}
+
+// Per window unit: the attended slot list and their positions (int32 and int64 per slot).
+int64_t window_list_bytes(int64_t capacity) {
+    return capacity * 12 + 4;
 }
 
 // Score rows summed at once: a layer's units (a head unit's row lives while its layer is attended).
@@ -59,15 +81,38 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
             "use --kv-type f16 or f32",
             kv_type_name(type), hp.head_dim);
     }
+    const int n_sliding = hp.n_sliding();
+    if (n_sliding == hp.n_layer) {
+        return invalid_argument(
+            "every one of the model's {} layers is a sliding-window layer; h2okv needs at least one global "
+            "layer for the KV policy to govern",
+            hp.n_layer);
+    }
     H2OKV_ASSIGN_OR_RETURN(const policy::footprint pf,
                            policy::kv_policy::plan(pp, layout_of(hp, max_chunk, n_ctx), run_length));
     cache_footprint fp;
     fp.capacity = pf.capacity;
-    fp.kv_bytes = slot_store::bytes_for(hp.n_layer, hp.n_kv_head, hp.head_dim, pf.capacity, type);
+    fp.kv_bytes = slot_store::bytes_for(hp.n_layer - n_sliding, hp.n_kv_head, hp.head_dim, pf.capacity, type);
+    if (n_sliding > 0) {
+        if (pf.positions == policy::position_mode::rolling) {
+            return invalid_argument(
+                "rolling positions are not supported for a model with sliding-window layers ({} of its {} "
+                "layers); use --kv-positions original",
+                n_sliding, hp.n_layer);
+        }
+        H2OKV_ASSIGN_OR_RETURN(
+            const policy::footprint wf,
+            policy::kv_policy::plan(window_params(hp), window_layout(hp, max_chunk, n_ctx), run_length));
+        fp.window_capacity = wf.capacity;
+        fp.kv_bytes += slot_store::bytes_for(n_sliding, hp.n_kv_head, hp.head_dim, wf.capacity, type);
+        fp.table_bytes += wf.table_bytes + window_list_bytes(wf.capacity);
+    }
     // Per unit: the attended slot list (int32 per slot); when the policy reads attention, the score rows of
     // one layer's units (double per slot).
     const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
-    fp.table_bytes = pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
+    fp.table_bytes += pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
+    // A policy that keeps its own copy of the keys (f32).
+    fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
     // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (rope_dim
     // floats per slot and distinct rope of the layers), one layer's keys in f32 (head_dim floats per slot and
     // KV head) and the turn of each of them (int32 per slot and KV head).
@@ -94,10 +139,28 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
     H2OKV_ASSIGN_OR_RETURN(const cache_footprint fp, plan(hp, pp, max_chunk, n_ctx, run_length, type));
     H2OKV_ASSIGN_OR_RETURN(auto pol,
                            policy::kv_policy::create(pp, layout_of(hp, max_chunk, n_ctx), run_length));
-    H2OKV_ASSIGN_OR_RETURN(auto store,
-                           slot_store::create(hp.n_layer, hp.n_kv_head, hp.head_dim, pol->capacity(), type));
+    const int n_sliding = hp.n_sliding();
+    H2OKV_ASSIGN_OR_RETURN(auto store, slot_store::create(hp.n_layer - n_sliding, hp.n_kv_head, hp.head_dim,
+                                                          pol->capacity(), type));
     std::unique_ptr<kv_cache> c(new kv_cache(hp, std::move(pol), std::move(store), fp));
+    int n_kind[2] = {0, 0};
+    for (int l = 0; l < hp.n_layer; ++l) {
+        const int kind = hp.sliding(l) ? 1 : 0;
+        c->index_.push_back(n_kind[kind]++);
+        if (kind == 0) c->last_global_ = l;
+    }
+    if (n_sliding > 0) {
+        H2OKV_ASSIGN_OR_RETURN(
+            c->window_,
+            policy::kv_policy::create(window_params(hp), window_layout(hp, max_chunk, n_ctx), run_length));
+        H2OKV_ASSIGN_OR_RETURN(c->window_store_, slot_store::create(n_sliding, hp.n_kv_head, hp.head_dim,
+                                                                    c->window_->capacity(), type));
+    }
     try {
+        if (c->window_) {
+            c->window_attended_.reserve(static_cast<size_t>(c->window_->capacity()));
+            c->window_positions_.reserve(static_cast<size_t>(c->window_->capacity()));
+        }
         const auto units = static_cast<size_t>(c->policy_->n_units());
         const auto cap = static_cast<size_t>(c->capacity());
         c->attended_.resize(units);
@@ -144,13 +207,84 @@ std::vector<std::vector<int64_t>> kv_cache::kept_per_head() const {
     out.reserve(static_cast<size_t>(hp_.n_layer) * hp_.n_kv_head);
     for (int l = 0; l < hp_.n_layer; ++l) {
         for (int g = 0; g < hp_.n_kv_head; ++g)
-            out.push_back(policy_->kept_positions(policy_->unit_of(l, g)));
+            out.push_back(sliding(l) ? window_->kept_positions(0) : policy_->kept_positions(unit_of(l, g)));
     }
     return out;
 }
 
+void kv_cache::write(int layer, int g, int ci, const float* k, const float* v) {
+    const int li = index_[static_cast<size_t>(layer)];
+    if (sliding(layer)) {
+        window_store_.write(li, g, window_->chunk_slots(0)[static_cast<size_t>(ci)], k, v);
+    } else {
+        const int u = unit_of(layer, g);
+        store_.write(li, g, policy_->chunk_slots(u)[static_cast<size_t>(ci)], k, v);
+        // Key-scored policies see the key as computed, before the store's rounding; layers as the policy
+        // counts them (the global ones).
+        if (policy_->needs_keys())
+            policy_->add_key(u, ci, li, g, std::span<const float>(k, static_cast<size_t>(hp_.head_dim)));
+    }
+}
+
+std::span<const int32_t> kv_cache::attended(int layer, int g, int ci) const {
+    if (!sliding(layer)) {
+        const auto u = static_cast<size_t>(unit_of(layer, g));
+        return {attended_[u].data(), static_cast<size_t>(n_kept_[u] + ci + 1)};
+    }
+    // Kept positions ascend, then the chunk's: the window (t - W, t] is a contiguous run ending at t.
+    const auto end = static_cast<size_t>(window_n_kept_ + ci + 1);
+    const int64_t lo = chunk_first_ + ci - hp_.sliding_window + 1;
+    const auto b =
+        static_cast<size_t>(std::lower_bound(window_positions_.begin(),
+                                             window_positions_.begin() + static_cast<ptrdiff_t>(end), lo) -
+                            window_positions_.begin());
+    return {window_attended_.data() + b, end - b};
+}
+
+void kv_cache::attended_positions(int layer, int g, int ci, std::vector<int64_t>* out) const {
+    const std::span<const int32_t> slots = attended(layer, g, ci);
+    out->clear();
+    if (sliding(layer)) {
+        const auto b = static_cast<size_t>(slots.data() - window_attended_.data());
+        out->assign(window_positions_.begin() + static_cast<ptrdiff_t>(b),
+                    window_positions_.begin() + static_cast<ptrdiff_t>(b + slots.size()));
+        return;
+    }
+    const int u = unit_of(layer, g);
+    const int n_kept = n_kept_[static_cast<size_t>(u)];
+    const auto pos = policy_->slot_positions(u);
+    for (size_t j = 0; j < slots.size(); ++j) {
+        out->push_back(static_cast<int>(j) < n_kept ? pos[static_cast<size_t>(slots[j])]
+                                                    : chunk_first_ + static_cast<int64_t>(j) - n_kept);
+    }
+}
+
+bool kv_cache::hands_rows(int layer) const {
+    return policy_->config().gran != policy::granularity::model || layer == last_global_;
+}
+
+kernels::kv_rows kv_cache::values(int layer, int g) const {
+    const int li = index_[static_cast<size_t>(layer)];
+    return sliding(layer) ? window_store_.v(li, g) : store_.v(li, g);
+}
+
 status kv_cache::begin_chunk(int64_t first, int n) {
     H2OKV_RETURN_IF_ERROR(policy_->begin_chunk(first, n));
+    if (window_) {
+        H2OKV_RETURN_IF_ERROR(window_->begin_chunk(first, n));
+        // The window's kept slots in position order, then the chunk's.
+        const auto kept = window_->kept_slots(0);
+        const auto pos = window_->slot_positions(0);
+        window_attended_.assign(kept.begin(), kept.end());
+        std::sort(window_attended_.begin(), window_attended_.end(), [&](int32_t a, int32_t b) {
+            return pos[static_cast<size_t>(a)] < pos[static_cast<size_t>(b)];
+        });
+        window_n_kept_ = static_cast<int>(kept.size());
+        const auto chunk = window_->chunk_slots(0);
+        window_attended_.insert(window_attended_.end(), chunk.begin(), chunk.end());
+        window_positions_.clear();
+        for (int32_t slot : window_attended_) window_positions_.push_back(pos[static_cast<size_t>(slot)]);
+    }
     chunk_base_ = first;
     if (rolling_) {
         // Every unit admits the same tokens and evicts down to the same budget, so all hold as many: the
@@ -187,7 +321,9 @@ status kv_cache::begin_chunk(int64_t first, int n) {
 }
 
 kernels::kv_rows kv_cache::keys(int layer, int g) const {
-    if (!rolling_) return store_.k(layer, g);
+    const int li = index_[static_cast<size_t>(layer)];
+    if (sliding(layer)) return window_store_.k(li, g);
+    if (!rolling_) return store_.k(li, g);
     const size_t rows = static_cast<size_t>(capacity()) * static_cast<size_t>(hp_.head_dim);
     return {gguf::tensor_type::f32,
             reinterpret_cast<const std::byte*>(&rolled_k_[static_cast<size_t>(g) * rows]),
@@ -222,6 +358,7 @@ status kv_cache::end_chunk() {
     }
     chunk_n_ = 0;
     chunk_done_ = 0;
+    if (window_) H2OKV_RETURN_IF_ERROR(window_->end_chunk());
     return policy_->end_chunk();
 }
 

@@ -6,7 +6,7 @@
 namespace h2okv::kv {
 namespace {
 
-constexpr kv_type k_types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0};
+constexpr kv_type k_types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0};
 
 }  // namespace
 
@@ -15,6 +15,7 @@ const char* kv_type_name(kv_type t) noexcept {
         case kv_type::f32: return "f32";
         case kv_type::f16: return "f16";
         case kv_type::q8_0: return "q8_0";
+        case kv_type::q4_0: return "q4_0";
     }
     return "unknown";
 }
@@ -36,6 +37,7 @@ core::tensor_type kv_tensor_type(kv_type t) noexcept {
     switch (t) {
         case kv_type::f16: return core::tensor_type::f16;
         case kv_type::q8_0: return core::tensor_type::q8_0;
+        case kv_type::q4_0: return core::tensor_type::q4_0;
         case kv_type::f32: break;
     }
     return core::tensor_type::f32;

@@ -1,5 +1,7 @@
 #include "h2okv/model/model.h"
 
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "model/arch/archs.h"
@@ -42,15 +44,47 @@ status hparams::validate() const {
                                     arch, r, rope_specs.size(), rope_dim);
         }
     }
+    if (!layer_sliding.empty()) {
+        if (layer_sliding.size() != static_cast<size_t>(n_layer)) {
+            return invalid_argument("{}: {} layers but {} sliding-window flags", arch, n_layer,
+                                    layer_sliding.size());
+        }
+        if (n_sliding() > 0 && sliding_window < 1) {
+            return invalid_file("{}.attention.sliding_window is {}, expected >= 1", arch, sliding_window);
+        }
+    }
+    for (auto [name, v] :
+         {std::pair{"attention scale", attn_scale}, std::pair{"attn_logit_softcapping", attn_softcap},
+          std::pair{"final_logit_softcapping", final_softcap}}) {
+        if (!(v >= 0.0f) || !std::isfinite(v)) {
+            return invalid_file("{}: {} is {}, expected a finite value >= 0 (0: none)", arch, name, v);
+        }
+    }
     return ok_status();
+}
+
+int hparams::n_sliding() const {
+    int n = 0;
+    for (uint8_t s : layer_sliding) n += s != 0 ? 1 : 0;
+    return n;
+}
+
+float hparams::attention_scale() const {
+    return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
 std::string hparams::to_string() const {
     return fmt::format(
-        "{}: n_vocab {}, n_embd {}, n_layer {}, n_head {}, n_kv_head {}, head_dim {}, n_ff {}, rope_dim {}, "
-        "rope_base {}, rope_scaling {}, rms_eps {}, n_ctx_train {}, {} output",
-        arch, n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, rope_dim, rope_freq_base,
-        rope_scale.to_string(), rms_eps, n_ctx_train, tied_output ? "tied" : "separate");
+               "{}: n_vocab {}, n_embd {}, n_layer {}, n_head {}, n_kv_head {}, head_dim {}, n_ff {}, "
+               "rope_dim {}, "
+               "rope_base {}, rope_scaling {}, rms_eps {}, n_ctx_train {}, {} output",
+               arch, n_vocab, n_embd, n_layer, n_head, n_kv_head, head_dim, n_ff, rope_dim, rope_freq_base,
+               rope_scale.to_string(), rms_eps, n_ctx_train, tied_output ? "tied" : "separate") +
+           (n_sliding() > 0 ? fmt::format(", {} of {} layers sliding-window ({} positions)", n_sliding(),
+                                          n_layer, sliding_window)
+                            : "") +
+           (attn_softcap > 0.0f ? fmt::format(", attention soft-cap {}", attn_softcap) : "") +
+           (final_softcap > 0.0f ? fmt::format(", final soft-cap {}", final_softcap) : "");
 }
 
 std::vector<std::string> architecture_names() {

@@ -83,8 +83,19 @@ status synth_shape::validate() const {
     if (head_dim < 0 || head_dim % 2 != 0) {
         return invalid_argument("synthetic shape: head_dim {} must be 0 (n_embd / n_head) or even", head_dim);
     }
-    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3") {
-        return invalid_argument("synthetic shape: arch '{}', expected llama, qwen2, qwen3 or phi3", arch);
+    if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "gemma2" &&
+        arch != "gemma3") {
+        return invalid_argument(
+            "synthetic shape: arch '{}', expected llama, qwen2, qwen3, phi3, gemma2 or gemma3", arch);
+    }
+    const bool gemma = arch == "gemma2" || arch == "gemma3";
+    if (!gemma && (sliding_window != 0 || attn_softcap != 0.0f || final_softcap != 0.0f)) {
+        return invalid_argument("synthetic shape: sliding windows and soft-caps are gemma keys, not {}'s",
+                                arch);
+    }
+    if (sliding_window < 0 || attn_softcap < 0.0f || final_softcap < 0.0f) {
+        return invalid_argument("synthetic shape: sliding window {} and soft-caps {}, {} must be >= 0",
+                                sliding_window, attn_softcap, final_softcap);
     }
     if (rope_freqs && arch != "llama") {
         return invalid_argument("synthetic shape: rope_freqs is a llama tensor, not one of {}", arch);
@@ -131,6 +142,10 @@ result<std::vector<std::byte>> synthesize_model(const synth_shape& s, gguf::tens
         }
     }
     w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+    if (s.sliding_window > 0)
+        w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+    if (s.attn_softcap > 0.0f) w.set_f32(a + "attn_logit_softcapping", s.attn_softcap);
+    if (s.final_softcap > 0.0f) w.set_f32(a + "final_logit_softcapping", s.final_softcap);
     w.set_u32("general.file_type", file_type(type));
     std::vector<int32_t> types;
     const auto tokens = synthetic_vocab(s.n_vocab, &types);
@@ -215,13 +230,19 @@ result<std::vector<std::byte>> synthesize_model(const synth_shape& s, gguf::tens
             H2OKV_RETURN_IF_ERROR(add(p + "attn_k.bias", gguf::tensor_type::f32, kv_dim, 1, 0.5f, 0.0f));
             H2OKV_RETURN_IF_ERROR(add(p + "attn_v.bias", gguf::tensor_type::f32, kv_dim, 1, 0.5f, 0.0f));
         }
-        if (s.arch == "qwen3") {
+        if (s.arch == "qwen3" || s.arch == "gemma3") {
             H2OKV_RETURN_IF_ERROR(
                 add(p + "attn_q_norm.weight", gguf::tensor_type::f32, head_dim, 1, 0.1f, 1.0f));
             H2OKV_RETURN_IF_ERROR(
                 add(p + "attn_k_norm.weight", gguf::tensor_type::f32, head_dim, 1, 0.1f, 1.0f));
         }
         H2OKV_RETURN_IF_ERROR(add(p + "attn_output.weight", type, q_dim, s.n_embd, fan(q_dim), 0.0f));
+        if (s.arch == "gemma2" || s.arch == "gemma3") {
+            H2OKV_RETURN_IF_ERROR(
+                add(p + "post_attention_norm.weight", gguf::tensor_type::f32, s.n_embd, 1, 0.1f, 1.0f));
+            H2OKV_RETURN_IF_ERROR(
+                add(p + "post_ffw_norm.weight", gguf::tensor_type::f32, s.n_embd, 1, 0.1f, 1.0f));
+        }
         H2OKV_RETURN_IF_ERROR(add(p + "ffn_norm.weight", gguf::tensor_type::f32, s.n_embd, 1, 0.1f, 1.0f));
         if (s.arch == "phi3") {
             H2OKV_RETURN_IF_ERROR(add(p + "ffn_up.weight", type, s.n_embd, 2 * s.n_ff, fan(s.n_embd), 0.0f));

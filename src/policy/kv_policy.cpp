@@ -18,6 +18,8 @@ struct policy_state {
     std::vector<int32_t> scratch;    // the tables' shared selection scratch
     bool shared = false;
     bool reads_attention = false;
+    bool reads_keys = false;
+    bool custom_rows = false;
     const score_pass_fns* pass = nullptr;
     int n_units = 1;
     int32_t capacity = 0;
@@ -122,9 +124,10 @@ result<footprint> kv_policy::measure() const {
     }
     f.capacity = capacity;
     f.needs_attention = needs_attention();
+    f.stored_keys_per_slot = stored_keys_per_slot();
     f.positions = config_.positions;
-    // A decision that reads no attention cannot differ between units: they share one table.
-    f.n_tables = f.needs_attention ? f.n_units : 1;
+    // A decision that reads neither attention nor keys cannot differ between units: they share one table.
+    f.n_tables = f.needs_attention || needs_keys() ? f.n_units : 1;
     // allocate_table's vectors: pos, score, kept, free_heap (and rolling) per slot; chunk, victim_slot,
     // victim_pos per chunk token; and the shared scratch.
     const int64_t chunk = std::min<int64_t>(layout_.max_chunk, capacity);
@@ -140,24 +143,27 @@ status kv_policy::init() {
     st.n_units = f.n_units;
     st.capacity = static_cast<int32_t>(f.capacity);
     st.reads_attention = f.needs_attention;
-    st.shared = !st.reads_attention;
+    st.reads_keys = needs_keys();
+    st.custom_rows = custom_rows();
+    st.shared = f.n_tables == 1 && f.n_units > 1;
     st.pass = &detail::score_pass();
     try {
         st.tables.resize(static_cast<size_t>(f.n_tables));
         st.scratch.resize(static_cast<size_t>(st.capacity));
         for (auto& t : st.tables) {
+            t.unit = static_cast<int>(&t - st.tables.data());
             t.scratch = st.scratch.data();
             // A chunk never holds more tokens than there are slots.
             allocate_table(t, st.capacity,
                            static_cast<int>(std::min<int64_t>(layout_.max_chunk, st.capacity)),
                            config_.positions == position_mode::rolling);
-            t.scores_all_zero = !st.reads_attention;
+            t.scores_all_zero = !st.reads_attention && !st.reads_keys;
         }
     } catch (const std::bad_alloc&) {
         return out_of_memory("{}: cannot allocate {} slot tables of {} slots", config_.name, st.tables.size(),
                              st.capacity);
     }
-    return ok_status();
+    return on_init();
 }
 
 bool kv_policy::token_by_token() const {
@@ -240,6 +246,7 @@ status kv_policy::begin_chunk(int64_t first, int n) {
         t.evictable_hi = first + n - config_.recent;
         t.lowest_hint = -1;
     }
+    for (size_t k = 0; k < st.tables.size(); ++k) on_begin_chunk(st.tables[k], static_cast<int>(k));
     st.chunk_first = first;
     st.chunk_n = n;
     st.in_chunk = true;
@@ -257,10 +264,19 @@ std::span<const int32_t> kv_policy::chunk_slots(int unit) const {
 }
 
 void kv_policy::add_row(int unit, int i, const double* row) {
+    if (!state_->reads_attention) return;
+    apply_row(unit, i, row);
+}
+
+void kv_policy::apply_row(int unit, int i, const double* row) {
     const auto& st = *state_;
-    if (!st.reads_attention) return;
     assert(st.in_chunk && i >= 0 && i < st.chunk_n);
     auto& t = table(unit);
+    if (st.custom_rows) {
+        update_row(t, unit, i, row);
+        t.lowest_hint = -1;
+        return;
+    }
     if (i == st.chunk_n - 1 && t.victims_due == 1) {
         // The chunk's last row: its pass also finds the victim, so end_chunk needs no second pass.
         t.lowest_hint = st.pass->add_row_find_lowest(t.score.data(), row, t.pos.data(), t.high_water,
@@ -271,9 +287,17 @@ void kv_policy::add_row(int unit, int i, const double* row) {
     }
 }
 
+void kv_policy::add_key(int unit, int i, int layer, int kv_head, std::span<const float> key) {
+    const auto& st = *state_;
+    if (!st.reads_keys) return;
+    assert(st.in_chunk && i >= 0 && i < st.chunk_n);
+    on_key(table(unit), unit, i, layer, kv_head, key);
+}
+
 status kv_policy::end_chunk() {
     auto& st = *state_;
     if (!st.in_chunk) return invalid_argument("end_chunk: no chunk in progress; call begin_chunk first");
+    on_end_chunk();
     for (auto& t : st.tables) {
         t.n_victims = 0;
         if (t.victims_due > 0) {
@@ -355,6 +379,7 @@ void kv_policy::reset() {
     st.chunk_first = 0;
     st.chunk_n = 0;
     st.in_chunk = false;
+    on_reset();
 }
 
 }  // namespace h2okv::policy

@@ -165,7 +165,21 @@ result<params> params::parse(std::string_view spec) {
             if (!m.ok()) return fail(m.error());
             p.positions = *m;
         } else {
-            return fail(invalid_argument("unknown parameter '{}'; valid: {}", key, k_param_names));
+            const detail::policy_entry* entry = detail::find_policy(p.name);
+            std::string valid = k_param_names;
+            bool known = false;
+            for (const extra_param_def& x : entry->extra) {
+                valid += fmt::format(", {}", x.name);
+                known = known || key == x.name;
+            }
+            if (!known) {
+                return fail(invalid_argument("unknown parameter '{}'; valid: {}", key, valid));
+            }
+            double v = 0.0;
+            if (!parse_number(value, v)) {
+                return fail(invalid_argument("{} '{}' is not a number", key, value));
+            }
+            p.extra.emplace(std::string(key), v);
         }
         if (comma == std::string_view::npos) break;
         rest = rest.substr(comma + 1);
@@ -181,6 +195,7 @@ std::string params::to_string() const {
     if (decay) items.push_back(fmt::format("decay={}", *decay));
     if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
     if (positions != position_mode::original) items.emplace_back("positions=rolling");
+    for (const auto& [key, value] : extra) items.push_back(fmt::format("{}={}", key, value));
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }
@@ -195,6 +210,16 @@ std::string resolved_params::to_string() const {
     }
     if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
     if (positions != position_mode::original) items.emplace_back("positions=rolling");
+    // The policy's own parameters where they differ from its defaults (parse restores the defaults).
+    const detail::policy_entry* entry = detail::find_policy(name);
+    for (const auto& [key, value] : extra) {
+        bool is_default = false;
+        if (entry != nullptr) {
+            for (const extra_param_def& x : entry->extra)
+                is_default = is_default || (key == x.name && value == x.default_value);
+        }
+        if (!is_default) items.push_back(fmt::format("{}={}", key, value));
+    }
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }

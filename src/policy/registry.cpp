@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <string>
@@ -18,23 +20,46 @@ namespace detail {
 
 namespace {
 
-constexpr const policy_entry* k_registry[] = {
+constexpr const policy_entry* k_builtin[] = {
 #define H2OKV_POLICY(name) &name##_entry,
 #include "policy/policies.def"
 #undef H2OKV_POLICY
 };
 
+std::vector<const policy_entry*>& entries() {
+    static std::vector<const policy_entry*> all(std::begin(k_builtin), std::end(k_builtin));
+    return all;
+}
+
 }  // namespace
 
 std::span<const policy_entry* const> registry() {
-    return k_registry;
+    return entries();
 }
 
 const policy_entry* find_policy(std::string_view name) {
-    for (const policy_entry* e : k_registry) {
+    for (const policy_entry* e : entries()) {
         if (name == e->name) return e;
     }
     return nullptr;
+}
+
+}  // namespace detail
+
+status register_policy(const policy_entry& entry) {
+    const std::string_view name = entry.name == nullptr ? "" : entry.name;
+    const bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    });
+    if (!valid) return invalid_argument("register_policy: name '{}' must be [a-z0-9_]+", name);
+    if (entry.resolve == nullptr || entry.make == nullptr) {
+        return invalid_argument("register_policy: '{}' needs resolve and make functions", name);
+    }
+    if (detail::find_policy(name) != nullptr) {
+        return invalid_argument("register_policy: a policy named '{}' is already registered", name);
+    }
+    detail::entries().push_back(&entry);
+    return ok_status();
 }
 
 result<int64_t> required_budget(std::string_view policy, const params& p, int64_t run_length) {
@@ -70,7 +95,62 @@ status check_not_given(std::string_view policy, std::string_view what, bool give
     return ok_status();
 }
 
-}  // namespace detail
+double extra_value(const resolved_params& r, std::string_view name) {
+    const auto it = r.extra.find(name);
+    return it == r.extra.end() ? 0.0 : it->second;
+}
+
+const char* score_source_name(score_source s) {
+    switch (s) {
+        case score_source::none: return "none";
+        case score_source::attention: return "attention";
+        case score_source::keys: return "keys";
+    }
+    return "unknown";
+}
+
+namespace {
+
+policy_facts facts(const policy_entry& e) {
+    policy_facts f;
+    f.name = e.name;
+    f.summary = e.summary;
+    f.defaults = e.defaults;
+    f.evicts = e.evicts;
+    f.source = e.source;
+    for (const char* s : e.sweep) f.sweep.emplace_back(s);
+    for (const extra_param_def& x : e.extra) f.extra.push_back({x.name, x.default_value, x.help});
+    return f;
+}
+
+}  // namespace
+
+std::vector<policy_facts> policy_catalog() {
+    std::vector<policy_facts> out;
+    for (const policy_entry* e : detail::registry()) out.push_back(facts(*e));
+    return out;
+}
+
+result<policy_facts> facts_of(std::string_view name) {
+    const policy_entry* e = detail::find_policy(name);
+    if (e == nullptr) {
+        return invalid_argument("unknown policy '{}'; valid: {}", name, fmt::join(policy_names(), ", "));
+    }
+    return facts(*e);
+}
+
+bool policy_evicts(std::string_view name) {
+    const policy_entry* e = detail::find_policy(name);
+    return e == nullptr || e->evicts;
+}
+
+std::vector<std::string> default_sweep() {
+    std::vector<std::string> out;
+    for (const policy_entry* e : detail::registry()) {
+        for (const char* s : e->sweep) out.emplace_back(s);
+    }
+    return out;
+}
 
 std::vector<std::string> policy_names() {
     std::vector<std::string> names;
@@ -84,7 +164,21 @@ result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout
         return invalid_argument("unknown policy '{}'; valid: {}", p.name, fmt::join(policy_names(), ", "));
     }
     H2OKV_RETURN_IF_ERROR(l.validate());
-    H2OKV_ASSIGN_OR_RETURN(resolved_params config, entry->resolve(p, run_length));
+    params given = p;
+    for (const auto& [key, value] : given.extra) {
+        const bool known = std::any_of(entry->extra.begin(), entry->extra.end(),
+                                       [&](const extra_param_def& x) { return key == x.name; });
+        if (!known) return invalid_argument("{}: unknown parameter '{}'", entry->name, key);
+    }
+    for (const extra_param_def& x : entry->extra) given.extra.emplace(x.name, x.default_value);
+    if (const auto proxy = given.extra.find("proxy"); proxy != given.extra.end()) {
+        if (proxy->second != 0.0 && proxy->second != 1.0) {
+            return invalid_argument("{}: proxy {} must be 0 (attention rows) or 1 (the key-as-query proxy)",
+                                    entry->name, proxy->second);
+        }
+    }
+    H2OKV_ASSIGN_OR_RETURN(resolved_params config, entry->resolve(given, run_length));
+    for (const extra_param_def& x : entry->extra) config.extra.emplace(x.name, given.extra.at(x.name));
     config.name = entry->name;
     config.gran = p.gran;
     // Nothing moves in a cache that never evicts: its ranks are its positions.

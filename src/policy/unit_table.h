@@ -32,6 +32,7 @@ struct unit_table {
     std::vector<int32_t> victim_slot;  // victim_slot[0..n_victims): the last end_chunk's victims' slots
     std::vector<int64_t> victim_pos;   // and their positions, ascending
 
+    int unit = 0;  // the unit this table serves (0 for a table every unit shares)
     int32_t n_kept = 0;
     int32_t n_chunk = 0;
     int32_t n_victims = 0;

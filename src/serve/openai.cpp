@@ -448,7 +448,7 @@ opt_error parse_into(endpoint kind, const json& body, const api_context& ctx, ap
         max_tokens = n_ctx - n_prompt;
     }
     gp.n_predict = static_cast<int>(*max_tokens);
-    if (sp.kv.name == "full" && n_prompt + *max_tokens > n_ctx) {
+    if (!policy::policy_evicts(sp.kv.name) && n_prompt + *max_tokens > n_ctx) {
         return bad(
             tokens_field,
             fmt::format("the prompt ({} tokens) and {} ({}) need {} positions but the context holds {} under "

@@ -152,10 +152,12 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     EXPECT_LE(slots, 21 + 16);
     EXPECT_LT(h2o["kv_bytes"].get<long>(), full["kv_bytes"].get<long>());
 
-    // The default f16 stores 2 bytes an element, q8_0 34 bytes per 32: the full cache of the run in each.
+    // The default f16 stores 2 bytes an element, q8_0 34 bytes per 32, q4_0 18: the full cache of the run in
+    // each.
     for (const auto& [flag, type, bytes] :
          {std::tuple<std::string, std::string, long>{"", "f16", per_token / 2},
-          {"--kv-type q8_0", "q8_0", per_token / 4 / 32 * 34}}) {
+          {"--kv-type q8_0", "q8_0", per_token / 4 / 32 * 34},
+          {"--kv-type q4_0", "q4_0", per_token / 4 / 32 * 18}}) {
         const std::string out = run_command(common + " " + flag + " 2>/dev/null", &rc);
         ASSERT_EQ(rc, 0) << out;
         const auto j = nlohmann::json::parse(out);
@@ -163,9 +165,10 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
         EXPECT_EQ(j["kv_bytes"].get<long>(), 104 * bytes) << type;
         EXPECT_EQ(j["kv_bytes_full"].get<long>(), 104 * bytes) << type;
     }
-    const std::string err = run_command(common + " --kv-type q4_0 2>&1 >/dev/null", &rc);
+    const std::string err = run_command(common + " --kv-type q4_1 2>&1 >/dev/null", &rc);
     EXPECT_NE(rc, 0);
-    EXPECT_NE(err.find("f32, f16, q8_0"), std::string::npos) << "the error lists the valid types: " << err;
+    EXPECT_NE(err.find("f32, f16, q8_0, q4_0"), std::string::npos)
+        << "the error lists the valid types: " << err;
 }
 
 // --sequences: the sequences that fit --kv-memory run at once, in waves; the report says how many, charges

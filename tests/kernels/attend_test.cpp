@@ -1,6 +1,6 @@
 // attend: variants against the reference (and the reference against a long-double formula) over K/V types
-// (f32, f16, q8_0), head sizes with tails, group sizes and slot counts; a head's bits independent of the
-// group it is computed in; the fused score_row bookkeeping; edge cases.
+// (f32, f16, q8_0, q4_0), head sizes with tails, group sizes and slot counts; a head's bits independent of
+// the group it is computed in; the fused score_row bookkeeping; edge cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,14 +86,16 @@ std::vector<int> dims_for(tensor_type t, std::initializer_list<int> dims) {
     return out;
 }
 
-constexpr tensor_type kTypes[] = {tensor_type::f32, tensor_type::f16, tensor_type::q8_0};
+constexpr tensor_type kTypes[] = {tensor_type::f32, tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0};
 
 TEST(Attend, SupportsTheKvTypes) {
     EXPECT_TRUE(attend_supports(tensor_type::f32, 13));
     EXPECT_TRUE(attend_supports(tensor_type::f16, 13));
     EXPECT_TRUE(attend_supports(tensor_type::q8_0, 64));
     EXPECT_FALSE(attend_supports(tensor_type::q8_0, 48));
-    EXPECT_FALSE(attend_supports(tensor_type::q4_0, 64));
+    EXPECT_TRUE(attend_supports(tensor_type::q4_0, 64));
+    EXPECT_FALSE(attend_supports(tensor_type::q4_0, 48));
+    EXPECT_FALSE(attend_supports(tensor_type::q4_k, 256));
     EXPECT_FALSE(attend_supports(tensor_type::f16, 0));
 }
 

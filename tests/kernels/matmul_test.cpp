@@ -109,8 +109,8 @@ TEST(Matmul, VariantsMatchReferenceOverOddShapes) {
     int compared = 0;
     uint32_t seed = 1;
     for (tensor_type type : all_types) {
-        // The k-quants multiply quantised activations: tests/kernels/kquant_test.cpp.
-        if (is_k_quant(type)) continue;
+        // The k-quants and Q8_0 multiply quantised activations: tests/kernels/kquant_test.cpp, q8_0_test.cpp.
+        if (is_k_quant(type) || type == tensor_type::q8_0) continue;
         std::vector<int64_t> cols_list(std::begin(dense_cols), std::end(dense_cols));
         if (type == tensor_type::q8_0) cols_list.assign(std::begin(q8_cols), std::end(q8_cols));
         if (type == tensor_type::q4_0) cols_list.assign(std::begin(q4_0_cols), std::end(q4_0_cols));

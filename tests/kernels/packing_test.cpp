@@ -66,10 +66,13 @@ TEST(PackedWeights, Q4KPackingIsLossless) {
     }
 }
 
-TEST(PackedWeights, OnlyQ4KWithWholeGroupsOfRowsIsPacked) {
+TEST(PackedWeights, OnlyQ4KAndQ8_0WithWholeGroupsOfRowsArePacked) {
     packed_weights packed;
     bool did = true;
-    const encoded_matrix q8 = encode_matrix(tensor_type::q8_0, 32, 256, 1);
+    const encoded_matrix f16 = encode_matrix(tensor_type::f16, 32, 256, 1);
+    EXPECT_EQ(packed.pack(f16.view(), &did).data, f16.bytes.data());
+    EXPECT_FALSE(did);
+    const encoded_matrix q8 = encode_matrix(tensor_type::q8_0, 40, 256, 1);  // 40 rows: not whole groups
     EXPECT_EQ(packed.pack(q8.view(), &did).data, q8.bytes.data());
     EXPECT_FALSE(did);
     const encoded_matrix odd = encode_matrix(tensor_type::q4_k, 24, 256, 2);  // 24 rows: not whole groups

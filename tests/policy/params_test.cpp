@@ -58,8 +58,12 @@ void expect_refused(const std::string& spec, const std::vector<std::string>& fra
 }
 
 TEST(policy_registry, NamesInRegistryOrder) {
-    EXPECT_EQ(policy::policy_names(),
-              (std::vector<std::string>{"full", "window", "streaming", "h2o", "tova"}));
+    // The built-ins (a test elsewhere in this binary may register one more after them).
+    const std::vector<std::string> builtin{"full",         "window",    "streaming", "h2o",     "tova",
+                                           "scissorhands", "keyformer", "l2norm",    "keydiff", "snapkv"};
+    const auto names = policy::policy_names();
+    ASSERT_GE(names.size(), builtin.size());
+    EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + builtin.size()), builtin);
 }
 
 TEST(policy_registry, UnknownPolicyListsTheValidOnes) {
@@ -166,6 +170,84 @@ TEST(policy_params, TovaDefaultsAndRules) {
     expect_refused("tova:budget=64,sinks=5,recent=60", {"sinks 5", "recent 60", "budget 64"});
     expect_refused("tova:budget=64,decay=0.5", {"decay 0.5"});
     expect_refused("tova:budget=64,recent=-1", {"recent -1"});
+}
+
+TEST(policy_params, ScissorhandsDefaultsAndRules) {
+    const resolved_params r = must_resolve("scissorhands:budget=9");
+    EXPECT_EQ(r.recent, 4) << "floor(budget / 2)";
+    EXPECT_EQ(r.sinks, 0);
+    EXPECT_EQ(r.extra.at("history"), 32.0);
+    EXPECT_EQ(must_resolve("scissorhands:budget=9,history=64").extra.at("history"), 64.0);
+    expect_refused("scissorhands", {"scissorhands needs a budget"});
+    expect_refused("scissorhands:budget=8,history=0", {"history 0", "[1, 64]"});
+    expect_refused("scissorhands:budget=8,history=65", {"history 65"});
+    expect_refused("scissorhands:budget=8,history=2.5", {"history 2.5"});
+    expect_refused("scissorhands:budget=8,decay=0.9", {"decay does not apply"});
+    expect_refused("scissorhands:budget=8,recent=8", {"recent 8", "budget 8"});
+    expect_refused("scissorhands:budget=8,tau=1", {"unknown parameter 'tau'", "history"});
+}
+
+TEST(policy_params, KeyformerDefaultsAndRules) {
+    const resolved_params r = must_resolve("keyformer:budget=10");
+    EXPECT_EQ(r.recent, 5);
+    EXPECT_EQ(r.decay, 1.0);
+    EXPECT_EQ(r.extra.at("tau"), 1.0);
+    EXPECT_EQ(r.extra.at("seed"), 0.0);
+    const resolved_params given = must_resolve("keyformer:budget=10,tau=0.25,seed=42,decay=0.9");
+    EXPECT_EQ(given.extra.at("tau"), 0.25);
+    EXPECT_EQ(given.extra.at("seed"), 42.0);
+    EXPECT_EQ(given.decay, 0.9);
+    expect_refused("keyformer:budget=10,tau=-1", {"tau -1", ">= 0"});
+    expect_refused("keyformer:budget=10,tau=inf", {"tau inf"});
+    expect_refused("keyformer:budget=10,seed=-3", {"seed -3"});
+    expect_refused("keyformer:budget=10,seed=1.5", {"seed 1.5"});
+    expect_refused("keyformer:budget=10,decay=0", {"decay 0", "(0, 1]"});
+    expect_refused("keyformer:budget=10,tau=x", {"tau 'x' is not a number"});
+    EXPECT_EQ(must_resolve(given.to_string()), given) << given.to_string();
+}
+
+TEST(policy_params, L2normDefaultsAndRules) {
+    const resolved_params r = must_resolve("l2norm:budget=10");
+    EXPECT_EQ(r.recent, 5);
+    EXPECT_EQ(r.sinks, 0);
+    expect_refused("l2norm", {"l2norm needs a budget"});
+    expect_refused("l2norm:budget=10,decay=0.5", {"decay does not apply"});
+    expect_refused("l2norm:budget=10,sinks=5,recent=5", {"sinks 5", "recent 5", "budget 10"});
+}
+
+TEST(policy_params, KeydiffDefaultsAndRules) {
+    const resolved_params r = must_resolve("keydiff:budget=10");
+    EXPECT_EQ(r.recent, 5);
+    EXPECT_EQ(r.sinks, 0);
+    expect_refused("keydiff", {"keydiff needs a budget"});
+    expect_refused("keydiff:budget=10,decay=0.5", {"decay does not apply"});
+    expect_refused("keydiff:budget=10,proxy=1", {"unknown parameter 'proxy'"});
+}
+
+TEST(policy_params, SnapkvDefaultsAndRules) {
+    const resolved_params r = must_resolve("snapkv:budget=20");
+    EXPECT_EQ(r.recent, 8) << "the observation window";
+    EXPECT_EQ(r.extra.at("window"), 8.0);
+    EXPECT_EQ(r.extra.at("kernel"), 5.0);
+    EXPECT_EQ(r.extra.at("decode"), 0.0);
+    EXPECT_EQ(must_resolve("snapkv:budget=20,window=4").recent, 4);
+    expect_refused("snapkv:budget=20,kernel=4", {"kernel 4", "odd"});
+    expect_refused("snapkv:budget=20,window=0", {"window 0"});
+    expect_refused("snapkv:budget=20,decode=2", {"decode 2"});
+    expect_refused("snapkv:budget=8", {"sinks 0", "recent 8", "budget 8", "recent defaults to the window"});
+    expect_refused("snapkv:budget=20,decay=0.9", {"decay does not apply"});
+}
+
+TEST(policy_params, ProxyIsAnAttentionPolicysParameter) {
+    for (const std::string name : {"h2o", "tova", "scissorhands", "keyformer", "snapkv"}) {
+        EXPECT_EQ(must_resolve(name + ":budget=10,proxy=1").extra.at("proxy"), 1.0) << name;
+        expect_refused(name + ":budget=10,proxy=0.5", {"proxy 0.5", "must be 0"});
+    }
+    for (const std::string name : {"window", "streaming", "l2norm", "keydiff"}) {
+        expect_refused(name + ":budget=10,proxy=1", {"unknown parameter 'proxy'"});
+    }
+    EXPECT_EQ(must_resolve("h2o:budget=10,proxy=1").to_string(), "h2o:budget=10,recent=5,sinks=0,proxy=1");
+    EXPECT_EQ(must_resolve("h2o:budget=10,proxy=0").to_string(), "h2o:budget=10,recent=5,sinks=0");
 }
 
 TEST(policy_params, ProtectedSumDoesNotOverflow) {

@@ -39,7 +39,20 @@ inline std::optional<reference_policy> reference_for(const policy::kv_policy& po
     const auto rule = reference_policy::rule_of(pol.config().name);
     if (!rule) return std::nullopt;
     const auto& c = pol.config();
-    return reference_policy(*rule, c.budget, c.recent, c.sinks, c.decay, pol.n_units());
+    reference_policy ref(*rule, c.budget, c.recent, c.sinks, c.decay, pol.n_units());
+    ref.set_policy(c.name, c.extra, static_cast<int>(pol.heads_of(0).size()));
+    return ref;
+}
+
+// The (layer, KV head) pairs whose keys a unit holds, layer-major ascending (the order engines hand keys).
+inline std::vector<std::pair<int, int>> kv_heads_of(const policy::kv_policy& pol, int unit) {
+    std::vector<std::pair<int, int>> out;
+    const int group = pol.shape().n_head / pol.shape().n_kv_head;
+    for (const auto& [layer, h] : pol.heads_of(unit)) {
+        const std::pair<int, int> g{layer, h / group};
+        if (out.empty() || out.back() != g) out.push_back(g);
+    }
+    return out;
 }
 
 // Attention weights of one query head over the positions it attends, as float (what a kernel produces),
@@ -55,9 +68,12 @@ public:
         self_only
     };
 
-    explicit attention_source(uint64_t seed) : rng_(seed) {}
+    // Keys (for policies that score keys) come from their own stream, `key_seed` (default: seed).
+    explicit attention_source(uint64_t seed) : rng_(seed), key_rng_(seed) {}
+    attention_source(uint64_t seed, uint64_t key_seed) : rng_(seed), key_rng_(key_seed) {}
 
     std::mt19937_64& rng() { return rng_; }
+    std::mt19937_64& key_rng() { return key_rng_; }
 
     // Draw only the patterns that produce exact ties (uniform, quantized and self-only rows).
     void set_ties_only(bool on) { ties_only_ = on; }
@@ -115,6 +131,7 @@ public:
 
 private:
     std::mt19937_64 rng_;
+    std::mt19937_64 key_rng_;
     bool ties_only_ = false;
 };
 
@@ -133,6 +150,21 @@ inline chunk_rows feed_chunk(policy::kv_policy& pol, reference_policy* ref, int6
     if (ref) ref->begin_chunk(first, n);
     std::bernoulli_distribution is_null(null_row_chance);
     std::vector<double> row(pol.capacity());
+    if (pol.needs_keys()) {
+        // Random keys of 4 dimensions; now and then two tokens share a norm exactly (ties).
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        for (int i = 0; i < n; ++i) {
+            for (int u = 0; u < pol.n_units(); ++u) {
+                for (const auto& [layer, g] : kv_heads_of(pol, u)) {
+                    std::vector<float> key(4);
+                    const bool tie = std::bernoulli_distribution(0.2)(src.key_rng());
+                    for (float& x : key) x = tie ? 1.0f : normal(src.key_rng());
+                    pol.add_key(u, i, layer, g, key);
+                    if (ref) ref->add_key(u, first + i, key);
+                }
+            }
+        }
+    }
     for (int i = 0; i < n; ++i) {
         for (int u = 0; u < pol.n_units(); ++u) {
             if (is_null(src.rng())) continue;

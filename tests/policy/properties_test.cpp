@@ -198,8 +198,9 @@ snapshot take_snapshot(const kv_policy& pol) {
     return s;
 }
 
-std::vector<snapshot> run_and_record(kv_policy& pol, uint64_t seed, const std::vector<int>& plan) {
-    attention_source src(seed);
+std::vector<snapshot> run_and_record(kv_policy& pol, uint64_t seed, const std::vector<int>& plan,
+                                     uint64_t key_seed = 7) {
+    attention_source src(seed, key_seed);
     std::vector<snapshot> out;
     int64_t first = 0;
     for (int n : plan) {
@@ -265,8 +266,8 @@ TEST_P(properties, ChunkProtocolErrorsAreReported) {
     EXPECT_TRUE(pol->begin_chunk(8, 2).ok());
 }
 
-// Rows change the scores exactly when the policy reads attention; otherwise decisions ignore them and every
-// score stays 0.
+// Rows change the scores exactly when the policy reads attention; otherwise decisions ignore them, and every
+// score stays 0 unless the policy scores keys (then keys, not rows, change them).
 TEST_P(properties, RowsMatterExactlyWhenAttentionIsRead) {
     const int64_t length = 120;
     const layout l = gqa_layout(4, length);
@@ -282,6 +283,12 @@ TEST_P(properties, RowsMatterExactlyWhenAttentionIsRead) {
         return;
     }
     EXPECT_TRUE(run_a == run_b) << "different attention, different decisions";
+    if (a->needs_keys()) {
+        auto c = create_evicting(20, 2, 6, l, length);
+        ASSERT_TRUE(c);
+        EXPECT_FALSE(run_and_record(*c, 1, plan, 8) == run_a) << "different keys, same decisions and scores";
+        return;
+    }
     for (int u = 0; u < a->n_units(); ++u) {
         for (double v : a->slot_scores(u)) ASSERT_EQ(v, 0.0);
     }

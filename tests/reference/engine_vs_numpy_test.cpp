@@ -1,9 +1,9 @@
 // The engine against the independent numpy reference (tests/reference/llama_ref.py, float64, its own GGUF
 // parser and eviction code): logits to 1e-4 relative and identical kept sets after every chunk, full cache
-// and evicting runs, with f32 KV (and f16/q8_0 KV against the reference's matching rounding), on the bundled
-// model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and 128, GQA 1, 4 and 8, separate
-// output, F16, BF16, Q8_0 and Q4_K weights; every architecture's own parts) and on ../shared's h2o-eval-5M
-// model when present.
+// and evicting runs, with f32 KV (and f16/q8_0/q4_0 KV against the reference's matching rounding), on the
+// bundled model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and 128, GQA 1, 4 and 8,
+// separate output, F16, BF16, Q8_0 and Q4_K weights; every architecture's own parts) and on ../shared's
+// h2o-eval-5M model when present.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -98,6 +98,7 @@ std::string numpy_flags(const run_config& c) {
     if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);
     if (p->decay) f += " --decay " + fmt::format("{}", *p->decay);
     if (p->positions == policy::position_mode::rolling) f += " --positions rolling";
+    for (const auto& [key, value] : p->extra) f += fmt::format(" --param {}={}", key, value);
     if (!c.act_quant) f += " --no-act-quant";
     return f;
 }
@@ -136,21 +137,20 @@ std::vector<double> run_numpy(const std::string& model_path, const std::vector<i
 
 // Runs the engine and the reference on `tokens` and compares logits and, chunk by chunk, the kept sets.
 // Logits: with f32 KV and no k-quant weights within 1e-4 relative to the largest logit of the position (f32
-// against float64 arithmetic). With f16 or q8_0 KV both sides round the stored K/V, but the engine rounds its
-// f32 K/V and the reference its float64 K/V, so an element whose two values straddle a rounding midpoint
-// lands on neighbouring grid points: a sparse perturbation of one grid step. Its effect is a small part of
-// the rounding's own effect on the logits (every element moved by up to half a step), which the reference
-// measures by running again without rounding. The bound is 1e-4 plus a quarter of that effect: an engine
-// that did not round, or rounded differently (truncation, another scale), would be off by about the whole
-// effect and fail.
-// With Q4_K/Q6_K weights both sides also round the activations of those products to 8 bits
-// (src/kernels/q8k.h), thousands of elements per position, and there one straddled midpoint is not small:
-// on the Q4_K case below a single element (x * 127/amax = -16.5000019 in float64, just above -16.5 in the
-// engine) moves every later position's logits by 1.1 % of the largest, about half the rounding's whole
-// effect, and with that element rounded the engine's way the two agree to 1e-7 again. So for these models
-// the bound is 1e-4 plus the whole effect: it catches a wrong matrix, layout or scale (errors of order
-// one), and the exact rounding is checked where both sides see the same activations
-// (KQuantProductsOnModelTensors, and bit for bit in tests/kernels/kquant_test.cpp).
+// against float64 arithmetic). With f16, q8_0 or q4_0 KV both sides round the stored K/V, but the engine
+// rounds its f32 K/V and the reference its float64 K/V, so an element whose two values straddle a rounding
+// midpoint lands on neighbouring grid points: a sparse perturbation of one grid step. Its effect is a small
+// part of the rounding's own effect on the logits (every element moved by up to half a step), which the
+// reference measures by running again without rounding. The bound is 1e-4 plus a quarter of that effect: an
+// engine that did not round, or rounded differently (truncation, another scale), would be off by about the
+// whole effect and fail. With Q4_K/Q6_K/Q8_0 weights both sides also round the activations of those products
+// to 8 bits (src/kernels/q8k.h, src/kernels/q8_0_act.h), thousands of elements per position, and there one
+// straddled midpoint is not small: on the Q4_K case below a single element (x * 127/amax = -16.5000019 in
+// float64, just above -16.5 in the engine) moves every later position's logits by 1.1 % of the largest, about
+// half the rounding's whole effect, and with that element rounded the engine's way the two agree to 1e-7
+// again. So for these models the bound is 1e-4 plus the whole effect: it catches a wrong matrix, layout or
+// scale (errors of order one), and the exact rounding is checked where both sides see the same activations
+// (KQuantProductsOnModelTensors, and bit for bit in tests/kernels/kquant_test.cpp and q8_0_test.cpp).
 void compare(const std::string& model_path, const std::vector<int32_t>& tokens, const run_config& c) {
     SCOPED_TRACE(model_path + " " + c.policy + " chunk " + std::to_string(c.chunk) + " kv " + c.kv_type);
     auto file = gguf::file::open(model_path);
@@ -179,7 +179,8 @@ void compare(const std::string& model_path, const std::vector<int32_t>& tokens, 
     double tolerance = 1e-4;
     bool k_quant = false;
     for (const auto& t : (*file)->tensors())
-        k_quant = k_quant || t.type == gguf::tensor_type::q4_k || t.type == gguf::tensor_type::q6_k;
+        k_quant = k_quant || t.type == gguf::tensor_type::q4_k || t.type == gguf::tensor_type::q6_k ||
+                  t.type == gguf::tensor_type::q8_0;
     if (c.kv_type != "f32" || k_quant) {
         run_config unrounded = c;
         unrounded.kv_type = "f32";
@@ -228,6 +229,16 @@ const std::vector<run_config> kRuns = {
     {"tova:budget=9,granularity=model", 7},
     {"streaming:budget=10,sinks=2", 4},
     {"window:budget=8", 1},
+    {"scissorhands:budget=12,history=8", 1},
+    {"scissorhands:budget=10,recent=3,granularity=layer", 5},
+    {"keyformer:budget=12,tau=0.5,seed=3", 1},
+    {"keyformer:budget=10,recent=3,decay=0.95,tau=2,granularity=model", 7},
+    {"l2norm:budget=12", 1},
+    {"l2norm:budget=10,recent=3,sinks=1,granularity=layer", 5},
+    {"keydiff:budget=12", 1},
+    {"keydiff:budget=10,recent=3,granularity=model", 5},
+    {"h2o:budget=12,proxy=1", 1},
+    {"scissorhands:budget=10,recent=3,history=8,granularity=layer,proxy=1", 7},
 };
 
 // Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): every evicting policy, prefill chunks and decode,
@@ -238,6 +249,11 @@ const std::vector<run_config> kRollingRuns = {
     {"h2o:budget=12,positions=rolling", 1},
     {"h2o:budget=10,recent=3,sinks=1,decay=0.95,granularity=layer,positions=rolling", 5},
     {"tova:budget=9,granularity=model,positions=rolling", 7},
+    {"scissorhands:budget=12,positions=rolling", 4},
+    {"keyformer:budget=12,tau=0.5,positions=rolling", 1},
+    {"l2norm:budget=10,granularity=model,positions=rolling", 5},
+    {"keydiff:budget=12,positions=rolling", 4},
+    {"tova:budget=9,proxy=1,positions=rolling", 1},
 };
 
 TEST(EngineVsNumpy, BundledModel) {
@@ -314,6 +330,51 @@ TEST(EngineVsNumpy, Architectures) {
     fs::remove_all(dir);
 }
 
+// Gemma 2 and 3 against the reference, full and evicting: GeGLU, post norms, embedding scaling, soft-caps
+// (gemma2), q/k norms and the local layers' own rope (gemma3: base 10000 unscaled, the global layer base 1e6
+// with linear scaling), and sliding-window layers with a window of 8 over 40 positions, so that windows bite
+// in decode and inside prefill chunks longer than the window (chunk 16). The kept sets compared chunk by
+// chunk include the window layers' (the last W - 1 positions) and the global layers' under every
+// granularity (their units count the global layers only).
+TEST(EngineVsNumpy, SlidingWindowArchitectures) {
+    auto shape = [](std::string arch, int n_layer) {
+        model::synth_shape s{.n_embd = 128, .n_layer = n_layer, .n_head = 4, .n_kv_head = 2, .n_ff = 192};
+        s.arch = std::move(arch);
+        s.sliding_window = 8;
+        return s;
+    };
+    std::vector<std::pair<std::string, model::synth_shape>> cases;
+    cases.emplace_back("gemma2_window8", shape("gemma2", 4));
+    cases.back().second.attn_softcap = 3.0f;
+    cases.back().second.final_softcap = 5.0f;
+    cases.emplace_back("gemma3_window8", shape("gemma3", 7));
+    cases.back().second.rope_freq_base = 1000000.0f;
+    cases.back().second.rope_scale = {.type = model::rope_scaling_type::linear, .factor = 8.0};
+    const std::vector<run_config> runs = {
+        {"full", 1},
+        {"full", 16},
+        {"h2o:budget=12", 1},
+        {"h2o:budget=10,recent=3,sinks=1,decay=0.95,granularity=layer", 5},
+        {"tova:budget=9,granularity=model", 7},
+        {"window:budget=6", 16},
+    };
+    const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_swa_{}", ::getpid());
+    fs::create_directories(dir);
+    for (const auto& [name, s] : cases) {
+        auto bytes = model::synthesize_model(s, gguf::tensor_type::f32, 17);
+        ASSERT_TRUE(bytes.ok()) << name << ": " << bytes.error().to_string();
+        const std::string path = (dir / (name + ".gguf")).string();
+        std::ofstream(path, std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+        const auto tokens = random_tokens(40, s.n_vocab, 8);
+        for (const auto& r : runs) compare(path, tokens, r);
+        run_config f16 = runs[2];
+        f16.kv_type = "f16";
+        compare(path, tokens, f16);
+    }
+    fs::remove_all(dir);
+}
+
 // The k-quant products alone, on model tensors, with the same float32 activations on both sides: both
 // round them with the same float32 operations (x * (127 / amax)), so the engine's integer products must agree
 // with the reference's float64 product over the rounded activations to float32 accuracy. The activations
@@ -321,7 +382,8 @@ TEST(EngineVsNumpy, Architectures) {
 TEST(EngineVsNumpy, KQuantProductsOnModelTensors) {
     const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_kq_{}", ::getpid());
     fs::create_directories(dir);
-    for (gguf::tensor_type type : {gguf::tensor_type::q4_k, gguf::tensor_type::q6_k}) {
+    for (gguf::tensor_type type :
+         {gguf::tensor_type::q4_k, gguf::tensor_type::q6_k, gguf::tensor_type::q8_0}) {
         const std::string tname = gguf::tensor_type_name(static_cast<uint32_t>(type));
         auto bytes = model::synthesize_model({512, 1, 8, 2, 768, 300, 2048, false}, type, 11);
         ASSERT_TRUE(bytes.ok()) << bytes.error().to_string();
@@ -375,7 +437,8 @@ TEST(EngineVsNumpy, KQuantProductsOnModelTensors) {
 }
 
 // The KV types other than f32 against the reference's matching rounding (see compare), full and evicting:
-// head_dim 8 (f16 only; q8_0 needs multiples of 32) on the bundled model, 64 with GQA 4 on a synthetic one.
+// head_dim 8 (f16 only; q8_0 and q4_0 need multiples of 32) on the bundled model, 64 with GQA 4 on a
+// synthetic one.
 TEST(EngineVsNumpy, RoundedKvTypes) {
     const auto tokens = random_tokens(40, 512, 4);
     for (const auto& r : {kRuns[1], kRuns[2], kRuns[3]}) {
@@ -391,7 +454,7 @@ TEST(EngineVsNumpy, RoundedKvTypes) {
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
     const auto synth_tokens = random_tokens(32, 300, 5);
-    for (const char* type : {"f16", "q8_0"}) {
+    for (const char* type : {"f16", "q8_0", "q4_0"}) {
         for (const auto& r : {kRuns[1], kRuns[2], kRuns[4]}) {
             run_config c = r;
             c.kv_type = type;
@@ -420,6 +483,9 @@ TEST(EngineVsNumpy, RollingPositions) {
     run_config q8 = kRollingRuns[2];
     q8.kv_type = "q8_0";
     compare(path, synth_tokens, q8);
+    run_config q4 = kRollingRuns[2];
+    q4.kv_type = "q4_0";
+    compare(path, synth_tokens, q4);
     fs::remove_all(dir);
 }
 

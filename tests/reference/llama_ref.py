@@ -1,7 +1,14 @@
 #!/usr/bin/python3
-"""An independent numpy reference of h2okv: a float64 decoder forward pass (llama, qwen2, qwen3, phi3: biases,
-q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope scaling; see ARCH_PARTS)
+"""An independent numpy reference of h2okv: a float64 decoder forward pass (llama, qwen2, qwen3, phi3, gemma2,
+gemma3: biases, q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope scaling,
+GeGLU, post norms, embedding scaling, soft-caps, sliding-window layers with their own rope; see ARCH_PARTS)
 plus the KV eviction contract.
+
+Sliding-window layers (Gemma's local layers, as llama.cpp defines them): layer l slides unless l % period ==
+period - 1 (attention.sliding_window_pattern: gemma2 2, gemma3 6); a query at t attends the positions p <= t
+with t - p < W (attention.sliding_window: gemma2 4096 by default, gemma3 only when the key is present). They are
+outside the eviction policy: its units, budget and score rows count the global layers alone, and a sliding
+layer's kept set after a chunk is the last W - 1 positions (what a later query can still attend).
 
 It shares no code with the C++ engine: its own GGUF parser (v2/v3), dequantisation (F32, F16, BF16, Q8_0,
 Q4_0, Q4_K, Q6_K, from ggml's block layouts),
@@ -17,15 +24,18 @@ Usage:
   llama_ref.py --model M --text "Once upon a time" --print-ids           # the token ids (BOS first)
   llama_ref.py --model M --matmul blk.0.attn_q.weight --x X.npy --out Y.npy  # one product, X: [n][cols]
 
---kv-type f32|f16|q8_0 stores K (after RoPE) and V rounded as the engine's KV cache stores them: f32 keeps
+--kv-type f32|f16|q8_0|q4_0 stores K (after RoPE) and V rounded as the engine's KV cache stores them: f32 keeps
 the float64 values (the engine's f32 rounding is below this reference's tolerance), f16 rounds to the
 nearest binary16 (ties to even), q8_0 rounds each block of 32 as ggml's quantize_row_q8_0_ref does
-(d = max|x| / 127 stored as fp16, q = round-half-away(x / d) with the unrounded d, value fp16(d) * q).
-Attention then reads the rounded values.
+(d = max|x| / 127 stored as fp16, q = round-half-away(x / d) with the unrounded d, value fp16(d) * q),
+q4_0 as quantize_row_q4_0_ref (d = the signed extreme / -8, q = min(15, floor(x / d + 8.5)) with the
+unrounded d, value fp16(d) * (q - 8)). Attention then reads the rounded values.
 
 Products with Q4_K or Q6_K weights first round their activations as the engine does (src/kernels/q8k.h):
 per position and block of 256, in float32, d = max|x| / 127 and q = round-half-even(clamp(x * (127 / max|x|),
--127, 127)); the product then uses d * q. --no-act-quant skips that (to measure the rounding's own effect).
+-127, 127)); the product then uses d * q. Products with Q8_0 weights round them the same way per block of 32
+with d stored as fp16, as llama.cpp's quantize_row_q8_0 (src/kernels/q8_0_act.h). --no-act-quant skips that
+(to measure the rounding's own effect).
 
 --out writes the logits of every processed position as float64 [n_tokens][n_vocab]; --trace writes one JSON
 line per chunk after its evictions: {"pos": last position of the chunk, "kept": [[positions of layer 0 KV
@@ -290,12 +300,26 @@ class Llama:
         self.rope_dim = int(md.get(a + "rope.dimension_count", self.head_dim))
         self.freq_base = float(md.get(a + "rope.freq_base", 10000.0))
         self.group = self.n_head // self.n_kv
+        parts = ARCH_PARTS[arch]
+        self.gemma = parts["gemma"]
+        # Gemma (llama.cpp's gemma2 / gemma3 graphs): embeddings times sqrt(n_embd), GeGLU with tanh GELU,
+        # RMSNorm of the attention and FFN outputs, soft-caps, sliding-window layers.
+        self.embd_scale = math.sqrt(self.n_embd) if self.gemma else 1.0
+        self.window = int(md.get(a + "attention.sliding_window", 4096 if arch == "gemma2" else 0))
+        period = int(md.get(a + "attention.sliding_window_pattern", 2 if arch == "gemma2" else 6))
+        self.sliding = [self.gemma and self.window > 0 and i % period < period - 1
+                        for i in range(self.n_layer)]
+        self.attn_softcap = float(md.get(a + "attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
+        self.final_softcap = float(md.get(a + "final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0))
+        big = {"gemma2": 46, "gemma3": 62}.get(arch)  # llama.cpp: the 27B models scale by n_embd / n_head
+        self.scale = 1.0 / math.sqrt(self.n_embd // self.n_head if self.n_layer == big else self.head_dim)
         t = gguf.tensor
         self.tok_embd = t("token_embd.weight")
         self.n_vocab = self.tok_embd.shape[0]
-        # Per matrix: whether its product quantises the activations (k-quant weights, as the engine).
+        # Per matrix: the rounding its product applies to the activations (k-quant and Q8_0 weights, as the
+        # engine), or None.
         def kq(name):
-            return act_quant and gguf.tensors[name][1] in (T_Q4_K, T_Q6_K)
+            return act_quantiser(gguf.tensors[name][1]) if act_quant else None
         self.layers, self.quantises = [], {}
         for i in range(self.n_layer):
             self.layers.append(arch_layer(gguf, i, self.n_head * self.head_dim, self.n_kv * self.head_dim))
@@ -306,12 +330,19 @@ class Llama:
         self.output_bias = t("output.bias") if "output.bias" in gguf.tensors else 0.0
         self.output_quantises = kq(output_name)
         self.neox, self.inv_freq, self.rope_magnitude = arch_rope(gguf, arch, self.rope_dim, self.freq_base)
+        # Per layer (inverse frequencies, magnitude): sliding layers rotate with rope.freq_base_swa (gemma2:
+        # the file's base and scaling by default; gemma3: 10000, unscaled).
+        self.layer_rope = [(self.inv_freq, self.rope_magnitude)] * self.n_layer
+        if any(self.sliding):
+            base_swa = float(md.get(a + "rope.freq_base_swa", self.freq_base if arch == "gemma2" else 10000.0))
+            _, f, mag = arch_rope(gguf, arch, self.rope_dim, base_swa, scaled=arch == "gemma2")
+            self.layer_rope = [(f, mag) if sl else r for sl, r in zip(self.sliding, self.layer_rope)]
 
     def linear(self, x, layer, name):
         """x @ W.T (+ the bias, where the file has one) for layer `layer`'s matrix `name`, rounding x first
         where the engine does."""
-        if self.quantises[layer][name]:
-            x = quantize_q8k(x)
+        if self.quantises[layer][name] is not None:
+            x = self.quantises[layer][name](x)
         return x @ self.layers[layer][name].T + self.layers[layer].get(name + ".bias", 0.0)
 
     def head_norm(self, x, layer, name):
@@ -323,12 +354,13 @@ class Llama:
     def rmsnorm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, positions, magnitude=True):
+    def rope(self, x, positions, magnitude=True, layer=0):
         """x: [C][heads][head_dim]; rotates pairs (2i, 2i+1) of the first rope_dim dims ("normal" pairing), or
         (i, i + rope_dim/2) for NeoX pairing, and scales them by the rope magnitude (YaRN; 1 otherwise) unless
-        magnitude is False (turning a key already rotated, rolling positions)."""
-        theta = positions[:, None].astype(np.float64) * self.inv_freq[None, :]  # [C][rope_dim/2]
-        mag = self.rope_magnitude if magnitude else 1.0
+        magnitude is False (turning a key already rotated, rolling positions), with layer `layer`'s rope."""
+        inv_freq, rope_mag = self.layer_rope[layer]
+        theta = positions[:, None].astype(np.float64) * inv_freq[None, :]  # [C][rope_dim/2]
+        mag = rope_mag if magnitude else 1.0
         c = mag * np.cos(theta)[:, None, :]
         s = mag * np.sin(theta)[:, None, :]
         x = x.copy()
@@ -344,13 +376,25 @@ class Llama:
 # What each architecture adds to the llama blocks, read from the file (written from llama.cpp's model
 # definitions and the Hugging Face configs they convert, not from h2okv's loader).
 
-# architecture -> (NeoX rope pairing, per-head q/k RMSNorm, fused q/k/v, fused gate/up, rope_freqs factors)
+# architecture -> (NeoX rope pairing, per-head q/k RMSNorm, fused q/k/v, fused gate/up, rope_freqs factors,
+# Gemma's blocks: see Llama.__init__)
 ARCH_PARTS = {
-    "llama": dict(neox=False, qk_norm=False, fused=False, rope_freqs=True),
-    "qwen2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False),
-    "qwen3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False),
-    "phi3": dict(neox=True, qk_norm=False, fused=True, rope_freqs=False),
+    "llama": dict(neox=False, qk_norm=False, fused=False, rope_freqs=True, gemma=False),
+    "qwen2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False, gemma=False),
+    "qwen3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False, gemma=False),
+    "phi3": dict(neox=True, qk_norm=False, fused=True, rope_freqs=False, gemma=False),
+    "gemma2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False, gemma=True),
+    "gemma3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False, gemma=True),
 }
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (ggml_gelu, Gemma's hidden activation)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, cap):
+    return cap * np.tanh(x / cap) if cap > 0 else x
 
 
 def arch_layer(gguf, i, q_dim, kv_dim):
@@ -377,6 +421,9 @@ def arch_layer(gguf, i, q_dim, kv_dim):
             L["sources"][role] = p + role + ".weight"
             if p + role + ".bias" in gguf.tensors:
                 L[role + ".bias"] = t(p + role + ".bias")
+    if parts["gemma"]:
+        L["post_attention_norm"] = t(p + "post_attention_norm.weight")
+        L["post_ffw_norm"] = t(p + "post_ffw_norm.weight")
     if parts["qk_norm"]:
         L["attn_q_norm"] = t(p + "attn_q_norm.weight")
         L["attn_k_norm"] = t(p + "attn_k_norm.weight")
@@ -398,16 +445,19 @@ def rope_pairs(rope_dim, neox):
     return (i, i + rope_dim // 2) if neox else (2 * i, 2 * i + 1)
 
 
-def arch_rope(gguf, arch, rope_dim, base):
+def arch_rope(gguf, arch, rope_dim, base, scaled=True):
     """(NeoX pairing, inverse frequencies [rope_dim/2], magnitude): the base's frequencies divided by
     rope_freqs.weight (Llama 3.1), then the rope.scaling.* type: linear divides them by the factor; YaRN
     blends interpolated (/ factor) and original frequencies with a ramp over the pair index between the
     correction dims of beta_fast = 32 and beta_slow = 1 turns in the original context, and scales the
-    rotation by 0.1 ln(factor) + 1; rope.scaling.attn_factor multiplies the magnitude."""
+    rotation by 0.1 ln(factor) + 1; rope.scaling.attn_factor multiplies the magnitude. scaled=False: the
+    base's frequencies alone (Gemma 3's sliding layers)."""
     md, a = gguf.metadata, arch + "."
     freq = base ** (-2.0 * np.arange(rope_dim // 2) / rope_dim)
     if ARCH_PARTS[arch]["rope_freqs"] and "rope_freqs.weight" in gguf.tensors:
         freq = freq / gguf.tensor("rope_freqs.weight")
+    if not scaled:
+        return ARCH_PARTS[arch]["neox"], freq, 1.0
     kind = md.get(a + "rope.scaling.type", "linear")
     factor = float(md.get(a + "rope.scaling.factor", md.get(a + "rope.scale_linear", 0.0))) or 1.0
     magnitude = float(md.get(a + "rope.scaling.attn_factor", 1.0))
@@ -431,7 +481,7 @@ def arch_rope(gguf, arch, rope_dim, base):
 
 # ---------------------------------------------------------------------------------------------- KV types
 
-KV_TYPES = ("f32", "f16", "q8_0")
+KV_TYPES = ("f32", "f16", "q8_0", "q4_0")
 
 
 def quantize_q8k(x):
@@ -443,6 +493,26 @@ def quantize_q8k(x):
     q = np.rint(np.clip(b * iscale, np.float32(-127), np.float32(127)))
     d = (amax / np.float32(127)).astype(np.float32)
     return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+
+
+def quantize_q8_0(x):
+    """x: [..][n], n a multiple of 32 -> the activations the engine's Q8_0 products multiply, float64."""
+    b = x.astype(np.float32).reshape(*x.shape[:-1], -1, 32)
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        iscale = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.rint(np.clip(b * iscale, np.float32(-127), np.float32(127)))
+    d = (amax / np.float32(127)).astype(np.float32).astype(np.float16)
+    return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+
+
+def act_quantiser(tensor_type):
+    """The activation rounding of the engine's products with weights of `tensor_type`, or None."""
+    if tensor_type in (T_Q4_K, T_Q6_K):
+        return quantize_q8k
+    if tensor_type == T_Q8_0:
+        return quantize_q8_0
+    return None
 
 
 def round_kv(x, kv_type):
@@ -460,12 +530,26 @@ def round_kv(x, kv_type):
         t = b * inv
         q = np.sign(t) * np.floor(np.abs(t) + 0.5)  # roundf: halves away from zero
         return (d.astype(np.float16).astype(np.float64) * q).reshape(x.shape)
+    if kv_type == "q4_0":
+        if x.shape[-1] % 32:
+            raise PolicyError(f"q4_0 KV needs head_dim a multiple of 32, got {x.shape[-1]}")
+        b = x.reshape(-1, 32)
+        # ggml's quantize_row_q4_0_ref: d = (the signed element of largest magnitude) / -8, q = min(15,
+        # trunc(x / d + 8.5)) (x / d + 8.5 >= 0.5 here, so trunc is floor), stored d rounded to fp16.
+        idx = np.abs(b).argmax(axis=1)
+        d = b[np.arange(b.shape[0]), idx][:, None] / -8.0
+        inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+        q = np.minimum(15.0, np.floor(b * inv + 8.5))
+        return (d.astype(np.float16).astype(np.float64) * (q - 8.0)).reshape(x.shape)
     raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
 
 
 # ------------------------------------------------------------------------------------------------ policy
 
-POLICIES = ("full", "window", "streaming", "h2o", "tova")
+POLICIES = ("full", "window", "streaming", "h2o", "tova", "scissorhands", "keyformer", "l2norm", "keydiff")
+# Each policy's own parameters and their defaults (docs/EVICTION_CONTRACT.md, clause 9).
+EXTRA_PARAMS = {"h2o": {"proxy": 0.0}, "tova": {"proxy": 0.0}, "scissorhands": {"history": 32.0, "proxy": 0.0},
+                "keyformer": {"tau": 1.0, "seed": 0.0, "proxy": 0.0}}
 GRANULARITIES = ("head", "layer", "model")
 POSITION_MODES = ("original", "rolling")
 
@@ -487,6 +571,24 @@ def resolve_budget(text, run_length):
     if n < 1:
         raise PolicyError(f"budget {n} must be >= 1")
     return n
+
+
+def resolve_extra(name, given):
+    """The policy's own parameters (clause 9) with defaults applied and validated; returns a dict."""
+    extra = dict(EXTRA_PARAMS.get(name, {}))
+    for key, value in given.items():
+        if key not in extra:
+            raise PolicyError(f"{name}: unknown parameter '{key}'")
+        extra[key] = float(value)
+    if name == "scissorhands" and not (1 <= extra["history"] <= 64 and extra["history"] == int(extra["history"])):
+        raise PolicyError(f"scissorhands: history {extra['history']} must be an integer in [1, 64]")
+    if name == "keyformer" and not (extra["tau"] >= 0 and math.isfinite(extra["tau"])):
+        raise PolicyError(f"keyformer: tau {extra['tau']} must be >= 0")
+    if extra.get("proxy", 0.0) not in (0.0, 1.0):
+        raise PolicyError(f"{name}: proxy {extra['proxy']} must be 0 or 1")
+    if name == "keyformer" and not (0 <= extra["seed"] <= 2**53 and extra["seed"] == int(extra["seed"])):
+        raise PolicyError(f"keyformer: seed {extra['seed']} must be an integer in [0, 2^53]")
+    return extra
 
 
 def resolve_policy(name, budget, recent, sinks, decay):
@@ -518,12 +620,14 @@ def resolve_policy(name, budget, recent, sinks, decay):
         if decay is not None:
             raise PolicyError(f"streaming: decay {decay} does not apply")
         return budget, recent, sinks, 1.0
-    if name == "h2o":
+    if name in ("h2o", "keyformer", "scissorhands", "l2norm", "keydiff"):
         recent = budget // 2 if recent is None else recent
         sinks = 0 if sinks is None else sinks
+        if name in ("scissorhands", "l2norm", "keydiff") and decay is not None:
+            raise PolicyError(f"{name}: decay {decay} does not apply")
         decay = 1.0 if decay is None else decay
         if not 0.0 < decay <= 1.0:
-            raise PolicyError(f"h2o: decay {decay} must be in (0, 1]")
+            raise PolicyError(f"{name}: decay {decay} must be in (0, 1]")
         if sinks + recent >= budget:
             raise PolicyError(f"h2o: sinks {sinks} + recent {recent} must be < budget {budget} "
                               f"(at least one heavy-hitter slot)")
@@ -542,33 +646,50 @@ class Run:
     """The state of one run: K/V at every position, and per eviction unit a kept set with float64 scores."""
 
     def __init__(self, model, n_total, policy="full", budget=None, recent=0, sinks=0, decay=1.0,
-                 granularity="head", kv_type="f32", positions="original"):
+                 granularity="head", kv_type="f32", positions="original", extra=None):
         self.m = model
+        self.extra = resolve_extra(policy, extra or {})
         if positions not in POSITION_MODES:
             raise PolicyError(f"unknown position mode '{positions}' (valid: {', '.join(POSITION_MODES)})")
         # Nothing moves in a cache that never evicts: its ranks are its positions.
         self.positions = "original" if policy == "full" else positions
         if kv_type not in KV_TYPES:
             raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
-        if kv_type == "q8_0" and model.head_dim % 32:
-            raise PolicyError(f"q8_0 KV needs head_dim a multiple of 32, got {model.head_dim}")
+        if kv_type in ("q8_0", "q4_0") and model.head_dim % 32:
+            raise PolicyError(f"{kv_type} KV needs head_dim a multiple of 32, got {model.head_dim}")
         self.kv_type = kv_type
         self.policy, self.budget, self.recent, self.sinks, self.decay = policy, budget, recent, sinks, decay
         if granularity not in GRANULARITIES:
             raise PolicyError(f"unknown granularity '{granularity}' (valid: {', '.join(GRANULARITIES)})")
         self.granularity = granularity
         L, H, hd = model.n_layer, model.n_kv, model.head_dim
-        self.n_units = {"head": L * H, "layer": L, "model": 1}[granularity]
+        # The policy's layers: the global ones (sliding-window layers keep their window, outside it).
+        self.global_layers = [li for li in range(L) if not model.sliding[li]]
+        if not self.global_layers:
+            raise PolicyError("every layer is a sliding-window layer; no layer for the policy")
+        if self.positions == "rolling" and any(model.sliding):
+            raise PolicyError("rolling positions are not defined for sliding-window layers")
+        G = len(self.global_layers)
+        self.n_units = {"head": G * H, "layer": G, "model": 1}[granularity]
         self.k = np.zeros((L, n_total, H, hd))
         self.v = np.zeros((L, n_total, H, hd))
         self.kept = np.zeros((self.n_units, n_total), dtype=bool)
         self.score = np.zeros((self.n_units, n_total))
+        # scissorhands: per unit and position, the above-fair-share flags of the last `history` rows, newest
+        # in bit 0.
+        self.history = np.zeros((self.n_units, n_total), dtype=np.uint64)
+        # keydiff and the proxy (clauses 9.4-9.5): every token's key as computed, rotated at the position it
+        # was admitted at, before the KV type's rounding.
+        self.keys = np.zeros((L, n_total, H, hd))
+        self.proxy = self.extra.get("proxy", 0.0) == 1.0
         # Rolling positions: per unit, the position each token's stored key was rotated at (its admission).
         self.admitted = np.zeros((self.n_units, n_total), dtype=np.int64)
         self.n = 0  # positions processed
 
     def unit_of(self, layer, kv_head):
-        return {"head": layer * self.m.n_kv + kv_head, "layer": layer, "model": 0}[self.granularity]
+        """The unit of a global layer's KV head (layer: the model's layer index)."""
+        gi = self.global_layers.index(layer)
+        return {"head": gi * self.m.n_kv + kv_head, "layer": gi, "model": 0}[self.granularity]
 
     def step(self, tokens):
         """Processes one chunk; returns its logits [C][n_vocab]."""
@@ -576,13 +697,16 @@ class Run:
         C = len(tokens)
         c0, c1 = self.n, self.n + C
         pos = np.arange(c0, c1)
-        scale = 1.0 / math.sqrt(m.head_dim)
+        scale = m.scale
         # allowed[u][t][p], p < c1: kept before the chunk, or a chunk position <= the query's.
         causal = np.zeros((C, c1), dtype=bool)
         causal[:, c0:] = np.tril(np.ones((C, C), dtype=bool))
         allowed = self.kept[:, None, :c1] & (np.arange(c1) < c0)[None, None, :] | causal[None]
-        weights = []  # per layer: [n_head][C][c1]
-        x = m.tok_embd[np.asarray(tokens)]
+        # A sliding layer's query at t attends p <= t with t - p < W, whatever the policy keeps.
+        tq, tp = pos[:, None], np.arange(c1)[None, :]
+        window = (tp <= tq) & (tq - tp < m.window)  # [C][c1]
+        weights = []  # per global layer: [n_head][C][c1]
+        x = m.tok_embd[np.asarray(tokens)] * m.embd_scale
         for li, w in enumerate(m.layers):
             h = m.rmsnorm(x, w["attn_norm"])
             q_raw = m.head_norm(m.linear(h, li, "attn_q").reshape(C, m.n_head, m.head_dim), li, "attn_q_norm")
@@ -592,27 +716,47 @@ class Run:
                 p = self._attend_rolling(li, q_raw, k_raw, v, allowed, c0, c1, scale)
                 V = self.v[li, :c1]
             else:
-                q = m.rope(q_raw, pos)
-                k = m.rope(k_raw, pos)
+                q = m.rope(q_raw, pos, layer=li)
+                k = m.rope(k_raw, pos, layer=li)
                 self.k[li, c0:c1] = round_kv(k, self.kv_type)
                 self.v[li, c0:c1] = round_kv(v, self.kv_type)
                 K = self.k[li, :c1]  # [c1][n_kv][hd]
                 V = self.v[li, :c1]
                 qg = q.reshape(C, m.n_kv, m.group, m.head_dim)  # query head h reads KV head h // group
-                s = np.einsum("tkgd,pkd->kgtp", qg, K) * scale  # [n_kv][group][C][c1]
-                mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
+                s = softcap(np.einsum("tkgd,pkd->kgtp", qg, K) * scale, m.attn_softcap)  # [n_kv][group][C][c1]
+                if m.sliding[li]:
+                    mask = np.stack([window] * m.n_kv)
+                else:
+                    mask = np.stack([allowed[self.unit_of(li, kh)] for kh in range(m.n_kv)])  # [n_kv][C][c1]
                 s = np.where(mask[:, None], s, -np.inf)
                 s -= s.max(axis=-1, keepdims=True)
                 e = np.exp(s)
                 p = e / e.sum(axis=-1, keepdims=True)
+            if self.positions == "rolling":
+                for kh in range(m.n_kv):
+                    here = self.admitted[self.unit_of(li, kh), c0:c1]
+                    self.keys[li, c0:c1, kh] = m.rope(k_raw[:, kh:kh + 1], here)[:, 0]
+            else:
+                self.keys[li, c0:c1] = m.rope(k_raw, pos)
+            if self.policy == "l2norm":
+                # Clause 9.3: -||k|| of each (layer, KV head) key, added when the token arrives (rotation
+                # keeps the norm, so both position modes give the key's norm as the model computed it).
+                norms = np.sqrt((m.rope(k_raw, pos) ** 2).sum(axis=-1))  # [C][n_kv]
+                for kh in range(m.n_kv):
+                    self.score[self.unit_of(li, kh), c0:c1] += -norms[:, kh]
             o = np.einsum("kgtp,pkd->tkgd", p, V).reshape(C, m.n_head * m.head_dim)
-            weights.append(p.reshape(m.n_head, C, c1))
-            x = x + m.linear(o, li, "attn_output")
+            if not m.sliding[li]:
+                weights.append(p.reshape(m.n_head, C, c1))
+            a = m.linear(o, li, "attn_output")
+            x = x + (m.rmsnorm(a, w["post_attention_norm"]) if m.gemma else a)
             h = m.rmsnorm(x, w["ffn_norm"])
             g = m.linear(h, li, "ffn_gate")
-            x = x + m.linear(g / (1.0 + np.exp(-g)) * m.linear(h, li, "ffn_up"), li, "ffn_down")
+            act = gelu_tanh(g) if m.gemma else g / (1.0 + np.exp(-g))
+            f = m.linear(act * m.linear(h, li, "ffn_up"), li, "ffn_down")
+            x = x + (m.rmsnorm(f, w["post_ffw_norm"]) if m.gemma else f)
         xo = m.rmsnorm(x, m.output_norm)
-        logits = (quantize_q8k(xo) if m.output_quantises else xo) @ m.output.T + m.output_bias
+        xo = m.output_quantises(xo) if m.output_quantises is not None else xo
+        logits = softcap(xo @ m.output.T + m.output_bias, m.final_softcap)
         self._update_scores(weights, C, c0, c1)
         self.kept[:, c0:c1] = True
         self.n = c1
@@ -640,7 +784,7 @@ class Run:
                 turn = np.arange(base) - self.admitted[u, kept]
                 K[kept] = m.rope(self.k[li, kept, kh][:, None], turn, magnitude=False)[:, 0]
             q = m.rope(q_raw[:, kh * m.group:(kh + 1) * m.group], here)  # [C][group][hd]
-            s = np.einsum("tgd,pd->gtp", q, K) * scale
+            s = softcap(np.einsum("tgd,pd->gtp", q, K) * scale, m.attn_softcap)
             s = np.where(allowed[u][None], s, -np.inf)
             s -= s.max(axis=-1, keepdims=True)
             e = np.exp(s)
@@ -651,22 +795,43 @@ class Run:
         """SPEC 2-3: per query position t in order, per unit: decay every present score, then add the row
         increment (the unit's query heads' weights summed in double in ascending (layer, head) order)."""
         m = self.m
-        W = np.stack(weights)  # [n_layer][n_head][C][c1]
+        W = np.stack(weights)  # [global layers][n_head][C][c1]
+        G = len(self.global_layers)
         if self.granularity == "head":
-            Wg = W.reshape(m.n_layer, m.n_kv, m.group, C, c1)
+            Wg = W.reshape(G, m.n_kv, m.group, C, c1)
             inc = Wg[:, :, 0].copy()
             for g in range(1, m.group):
                 inc += Wg[:, :, g]
-            inc = inc.reshape(m.n_layer * m.n_kv, C, c1)
+            inc = inc.reshape(G * m.n_kv, C, c1)
         elif self.granularity == "layer":
             inc = W[:, 0].copy()
             for h in range(1, m.n_head):
                 inc += W[:, h]
         else:
             inc = np.zeros((1, C, c1))
-            for li in range(m.n_layer):
+            for li in range(G):
                 for h in range(m.n_head):
                     inc[0] += W[li, h]
+        if self.policy in ("l2norm", "keydiff"):
+            return
+        if self.proxy:
+            inc = self._proxy_rows(C, c0, c1)
+        if self.policy == "scissorhands":
+            # Clause 9.1: per query, positions given more than the fair share G / m of the row (G query heads
+            # per unit, m positions attended) set a flag; the score counts the last `history` flags.
+            G = {"head": m.group, "layer": m.n_head, "model": m.n_head * m.n_layer}[self.granularity]
+            if self.proxy:
+                G = len(self._pairs(0))
+            mask = np.uint64((1 << int(self.extra["history"])) - 1)
+            for t in range(C):
+                for u in range(self.n_units):
+                    att = np.flatnonzero(self.kept[u, :c0]).tolist() + list(range(c0, c0 + t + 1))
+                    fair = G / len(att)
+                    for p in att:
+                        bit = np.uint64(1 if inc[u, t, p] > fair else 0)
+                        self.history[u, p] = ((self.history[u, p] << np.uint64(1)) | bit) & mask
+                        self.score[u, p] = float(bin(int(self.history[u, p])).count("1"))
+            return
         for t in range(C):
             # Present at query c0 + t: kept positions and chunk positions < c0 + t. Everything else holds 0
             # (positions not admitted yet) or is never read again (evicted), so scaling the whole row is the
@@ -682,6 +847,8 @@ class Run:
             return
         by_position = self.policy in ("window", "streaming")
         for u in range(self.n_units):
+            held0 = np.flatnonzero(self.kept[u]).tolist()
+            distance = self._key_distance(u, held0) if self.policy == "keydiff" and len(held0) > self.budget else None
             while True:
                 held = np.flatnonzero(self.kept[u])
                 if len(held) <= self.budget:
@@ -695,17 +862,71 @@ class Run:
                                       f"nothing evictable")
                 if by_position:
                     victim = cand[0]
+                elif distance is not None:
+                    victim = min(cand, key=lambda p: (distance[p], p))
+                elif self.policy == "keyformer" and self.extra["tau"] != 0.0:
+                    tau = self.extra["tau"]
+                    victim = min(cand, key=lambda p: (self.score[u, p] + tau * self._gumbel(u, p), p))
                 else:
                     victim = min(cand, key=lambda p: (self.score[u, p], p))
                 self.kept[u, victim] = False
                 self.score[u, victim] = 0.0
+                self.history[u, victim] = 0
+
+    def _pairs(self, u):
+        """The (layer, KV head) pairs of unit u, layer-major."""
+        m = self.m
+        return [(li, kh) for li in range(m.n_layer) for kh in range(m.n_kv) if self.unit_of(li, kh) == u]
+
+    def _proxy_rows(self, C, c0, c1):
+        """Clause 9.5: per unit and chunk query t, the sum over the unit's pairs of softmax(K k_t / sqrt(d))
+        over the positions t attends."""
+        inc = np.zeros((self.n_units, C, c1))
+        scale = 1.0 / math.sqrt(self.m.head_dim)
+        for u in range(self.n_units):
+            kept = np.flatnonzero(self.kept[u, :c0]).tolist()
+            for t in range(C):
+                att = kept + list(range(c0, c0 + t + 1))
+                for li, kh in self._pairs(u):
+                    z = self.keys[li, att, kh] @ self.keys[li, c0 + t, kh] * scale
+                    e = np.exp(z - z.max())
+                    inc[u, t, att] += e / e.sum()
+        return inc
+
+    def _key_distance(self, u, held):
+        """Clause 9.4: per held position, the sum over the unit's pairs of 1 - cos(k, sum of held keys)."""
+        rank = {p: 0.0 for p in held}
+        for li, kh in self._pairs(u):
+            K = self.keys[li, held, kh]
+            a = K.sum(axis=0)
+            na = np.linalg.norm(a)
+            for j, p in enumerate(held):
+                nk = np.linalg.norm(K[j])
+                cos = 0.0 if nk == 0.0 or na == 0.0 else float(K[j] @ a) / (nk * na)
+                rank[p] += 1.0 - cos
+        return rank
+
+    def _gumbel(self, u, p):
+        """Clause 9.2: keyformer's noise for unit u, position p, at the eviction after position self.n - 1."""
+        def mix(z):
+            M = (1 << 64) - 1
+            z = (z + 0x9e3779b97f4a7c15) & M
+            z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M
+            z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M
+            return z ^ (z >> 31)
+        x = mix(mix(mix(mix(int(self.extra["seed"])) ^ u) ^ p) ^ self.n)
+        uniform = ((x >> 11) + 0.5) / 2.0**53
+        return -math.log(-math.log(uniform))
 
     def kept_lists(self):
         """Layer-major, one list per (layer, KV head)."""
         out = []
         for li in range(self.m.n_layer):
             for kh in range(self.m.n_kv):
-                out.append(np.flatnonzero(self.kept[self.unit_of(li, kh)]).tolist())
+                if self.m.sliding[li]:  # what a later query can still attend: the last W - 1 positions
+                    out.append(list(range(max(0, self.n - max(1, self.m.window - 1)), self.n)))
+                else:
+                    out.append(np.flatnonzero(self.kept[self.unit_of(li, kh)]).tolist())
         return out
 
 
@@ -729,10 +950,13 @@ def main(argv=None):
     ap.add_argument("--recent", type=int)
     ap.add_argument("--sinks", type=int)
     ap.add_argument("--decay", type=float)
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a parameter of the policy's own (scissorhands: history; keyformer: tau, seed; "
+                         "h2o, tova, scissorhands, keyformer: proxy)")
     ap.add_argument("--granularity", default="head")
     ap.add_argument("--positions", default="original", help="RoPE positions: original or rolling")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
-    ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16 or q8_0")
+    ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16, q8_0 or q4_0")
     ap.add_argument("--no-act-quant", action="store_true",
                     help="multiply Q4_K/Q6_K weights with unrounded activations (the engine rounds them)")
     ap.add_argument("--generate", type=int, default=0, help="greedy-decode N tokens after the input")
@@ -753,8 +977,9 @@ def main(argv=None):
     gguf = Gguf(args.model)
     if args.matmul is not None:
         x = np.load(args.x).astype(np.float64)
-        if not args.no_act_quant and gguf.tensors[args.matmul][1] in (T_Q4_K, T_Q6_K):
-            x = quantize_q8k(x)
+        quantise = act_quantiser(gguf.tensors[args.matmul][1])
+        if not args.no_act_quant and quantise is not None:
+            x = quantise(x)
         np.save(args.out, x @ gguf.tensor(args.matmul).T)
         return 0
     if args.tokens is not None:
@@ -786,8 +1011,14 @@ def main(argv=None):
     n_total = len(tokens) + args.generate
     budget = resolve_budget(args.budget, n_total)
     budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay)
+    extra = {}
+    for item in args.param:
+        if "=" not in item:
+            raise PolicyError(f"--param {item}: expected NAME=VALUE")
+        key, value = item.split("=", 1)
+        extra[key] = value
     run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity, args.kv_type,
-              args.positions)
+              args.positions, extra)
     trace = open(args.trace, "w") if args.trace else None
     logits = []
 

@@ -25,8 +25,7 @@ struct agreement_options {
     kv_options kv;
     std::string prompts_path;
     int64_t n_steps = 64;
-    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "h2o:decay=0.98", "tova"},
-                        {"0.1", "0.2", "0.4"}};
+    sweep_options sweep{policy::default_sweep(), {"0.1", "0.2", "0.4"}};
     std::string jsonl_path;
 };
 
@@ -113,9 +112,9 @@ int run_agreement(const agreement_options& o) {
             results.push_back(std::move(*r));
         }
         const auto s = eval::summarize(results);
-        const std::string budget = sp.kv.name == "full" ? "-"
-                                   : sp.kv.budget       ? sp.kv.budget->to_string()
-                                                        : "?";
+        const std::string budget = !policy::policy_evicts(sp.kv.name) ? "-"
+                                   : sp.kv.budget                     ? sp.kv.budget->to_string()
+                                                                      : "?";
         fmt::print("{:<40} {:>7} {:>8.4f} {:>9.4f} {:>9} {:>12} {:>9.2f}\n", spec, budget, s.match_rate,
                    s.retained_mass, fmt::format("{}/{}", s.n_diverged, s.n_prompts),
                    s.n_diverged > 0 ? fmt::format("{:.1f}", s.mean_first_divergence) : "-", s.seconds);

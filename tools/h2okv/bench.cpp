@@ -270,8 +270,10 @@ int run_bench(const bench_options& o) {
     }
     const summary pf = summarize(prefill);
     const summary dc = summarize(decode);
-    const int64_t full_kv_bytes = 2 * int64_t{hp.n_layer} * hp.n_kv_head * run_length *
-                                  static_cast<int64_t>(kv::kv_row_bytes(sp->kv_type, hp.head_dim));
+    // What a `full` cache of this run allocates (sliding-window layers at their window).
+    const auto full_fp =
+        kv::kv_cache::plan(hp, policy::params{}, sp->prefill_chunk, run_length, run_length, sp->kv_type);
+    const int64_t full_kv_bytes = full_fp.ok() ? full_fp->kv_bytes : 0;
     const int64_t rss = peak_rss_bytes();
     const int64_t pool_peak = fp->total() * concurrent;
     const int64_t accounted = rss_base + pool_peak + work_bytes;
@@ -339,12 +341,8 @@ int run_bench(const bench_options& o) {
     }
     if (o.sequences > 1 && o.n_gen > 0)
         fmt::print("decode step: {:.2f} ms (one token of each sequence)\n", itl_ms);
-    fmt::print(
-        "kv bytes: {} allocated per sequence (K and V in {}), {} for a full cache of the run ({:.3f}x); "
-        "footprint with slot tables {}\n",
-        kv_bytes, kv::kv_type_name(sp->kv_type), full_kv_bytes,
-        full_kv_bytes > 0 ? static_cast<double>(kv_bytes) / static_cast<double>(full_kv_bytes) : 0.0,
-        fp->total());
+    fmt::print("kv bytes: {} allocated per sequence (K and V in {}), {}; footprint with slot tables {}\n",
+               kv_bytes, kv::kv_type_name(sp->kv_type), kv_saving_text(kv_bytes, full_kv_bytes), fp->total());
     fmt::print(
         "peak rss: {} (the process with the model, every weight read: {} + kv pool {} + work buffers {} = "
         "{})\n",

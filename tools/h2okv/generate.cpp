@@ -23,6 +23,7 @@ struct generate_options {
     kv_options kv;
     generation_options gen;
     std::string prompt;
+    std::string prompt_path;
     bool special = false;
     std::string trace_path;
     std::string stream_stats_path;
@@ -59,11 +60,15 @@ void print_stats(const engine::session& s, const engine::generation& g, int64_t 
     fmt::print(stderr, "kv kept: {} positions per unit on average ({} in all), evicted: {} ({} per unit)\n",
                static_cast<double>(s.cache().kept_total()) / units, s.cache().kept_total(),
                pol.total_evictions(), static_cast<double>(pol.total_evictions()) / units);
-    fmt::print(stderr, "kv bytes: {} allocated (K and V in {}); a full cache for this run: {} ({:.2f}x)\n",
-               s.cache().bytes(), kv::kv_type_name(s.cache().type()), full_bytes,
-               s.cache().bytes() > 0
-                   ? static_cast<double>(full_bytes) / static_cast<double>(s.cache().bytes())
-                   : 0.0);
+    if (s.cache().window_policy() != nullptr) {
+        const auto& hp = s.cache().hparams();
+        fmt::print(stderr,
+                   "kv window layers: {} of {} layers slide over {} positions, outside the policy (its units "
+                   "above are the other layers'): {} slots per KV head each\n",
+                   hp.n_sliding(), hp.n_layer, hp.sliding_window, s.cache().window_capacity());
+    }
+    fmt::print(stderr, "kv bytes: {} allocated (K and V in {}), {}\n", s.cache().bytes(),
+               kv::kv_type_name(s.cache().type()), kv_saving_text(s.cache().bytes(), full_bytes));
 }
 
 int run_generate(const generate_options& o) {
@@ -72,7 +77,13 @@ int run_generate(const generate_options& o) {
     if (!lm.ok()) return fail(lm.error());
     auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
     if (!tok.ok()) return fail(tok.error());
-    auto prompt = tok->encode(o.prompt, /*add_bos=*/true, o.special);
+    std::string text = o.prompt;
+    if (!o.prompt_path.empty()) {
+        auto t = read_text_file(o.prompt_path);
+        if (!t.ok()) return fail(t.error().with_context("-f"));
+        text = std::move(*t);
+    }
+    auto prompt = tok->encode(text, /*add_bos=*/true, o.special);
     if (!prompt.ok()) return fail(prompt.error());
 
     auto gp = o.gen.to_params();
@@ -102,7 +113,7 @@ int run_generate(const generate_options& o) {
     if (!stats.ok()) return fail(stats.error().with_context("--stream-stats"));
     if (o.stream_every < 1) return fail(invalid_argument("--stream-every {} must be >= 1", o.stream_every));
 
-    std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     const tokenizer::tokenizer& t = *tok;
     // --stream-stats: every stream_every generated tokens, the tokens processed so far, the resident memory
@@ -135,11 +146,10 @@ int run_generate(const generate_options& o) {
     std::fflush(stdout);
     if (!g.ok()) return fail(g.error());
 
-    const auto& hp = lm->model->params();
-    const int64_t full_bytes =
-        2 * int64_t{hp.n_layer} * hp.n_kv_head * run_length *
-        static_cast<int64_t>(kv::kv_row_bytes((*session)->cache().type(), hp.head_dim));
-    print_stats(**session, *g, full_bytes);
+    // What a `full` cache of this run allocates (sliding-window layers at their window).
+    const auto full = kv::kv_cache::plan(lm->model->params(), policy::params{}, sp->prefill_chunk, run_length,
+                                         run_length, (*session)->cache().type());
+    print_stats(**session, *g, full.ok() ? full->kv_bytes : 0);
     return 0;
 }
 
@@ -152,7 +162,11 @@ void add_generate_command(CLI::App& app, int* exit_code) {
         "Generate text after a prompt; the prompt and the generated text go to stdout, statistics "
         "(speed, KV slots, bytes, evictions) to stderr");
     o->model.add_to(*cmd);
-    cmd->add_option("-p,--prompt", o->prompt, "The prompt (BOS is added first)")->required();
+    auto* p = cmd->add_option("-p,--prompt", o->prompt, "The prompt (BOS is added first)");
+    auto* f = cmd->add_option("-f,--file", o->prompt_path,
+                              "Read the prompt from this file (as -p; its bytes as they are)");
+    p->excludes(f);
+    f->excludes(p);
     o->gen.add_to(*cmd);
     o->kv.add_to(*cmd);
     cmd->add_flag("--special", o->special, "Parse special-token text (</s>, <|endoftext|>) in the prompt");
@@ -164,7 +178,13 @@ void add_generate_command(CLI::App& app, int* exit_code) {
                     "memory, tokens/s over those tokens, positions kept (for curves of long streams)");
     cmd->add_option("--stream-every", o->stream_every, "Generated tokens between --stream-stats lines")
         ->capture_default_str();
-    cmd->callback([o, exit_code] { *exit_code = run_generate(*o); });
+    cmd->callback([o, exit_code, p, f] {
+        if (p->count() == 0 && f->count() == 0) {
+            *exit_code = fail(invalid_argument("generate needs a prompt: -p TEXT or -f FILE"));
+            return;
+        }
+        *exit_code = run_generate(*o);
+    });
 }
 
 }  // namespace h2okv::cli

@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -23,9 +24,29 @@ void model_options::apply_threads() const {
 }
 
 void kv_options::add_to(CLI::App& cmd) {
+    // Each policy's own parameters, grouped by name: "proxy (h2o, tova; default 0: ...)".
     std::string names;
-    for (const auto& n : policy::policy_names()) names += (names.empty() ? "" : ", ") + n;
+    std::vector<std::pair<policy::extra_param, std::string>> extras;
+    for (const auto& f : policy::policy_catalog()) {
+        names += (names.empty() ? "" : ", ") + f.name;
+        for (const auto& x : f.extra) {
+            auto it = std::find_if(extras.begin(), extras.end(),
+                                   [&](const auto& e) { return e.first.name == x.name; });
+            if (it == extras.end()) {
+                extras.emplace_back(x, f.name);
+            } else {
+                it->second += ", " + f.name;
+            }
+        }
+    }
+    std::string params_help;
+    for (const auto& [x, owners] : extras) {
+        params_help += fmt::format("{}{} ({}; default {}): {}", params_help.empty() ? "" : "; ", x.name,
+                                   owners, x.default_value, x.help);
+    }
     cmd.add_option("--kv-policy", policy, "KV eviction policy: " + names)->capture_default_str();
+    cmd.add_option("--kv-param", policy_params,
+                   "A parameter of the policy's own, NAME=VALUE (repeatable): " + params_help);
     cmd.add_option(
         "--kv-budget", budget,
         "KV budget per eviction unit: a token count (256) or a fraction of the run's length (0.2)");
@@ -43,7 +64,7 @@ void kv_options::add_to(CLI::App& cmd) {
         ->capture_default_str();
     cmd.add_option("--kv-type", kv_type,
                    "Element type of stored K and V: " + kv::kv_type_names() +
-                       " (q8_0: blocks of 32, needs head_dim a multiple of 32)")
+                       " (q8_0, q4_0: ggml's blocks of 32, need head_dim a multiple of 32)")
         ->capture_default_str();
 }
 
@@ -58,6 +79,20 @@ result<policy::params> kv_options::to_params() const {
     p.recent = recent;
     p.sinks = sinks;
     p.decay = decay;
+    if (!policy_params.empty()) {
+        // The policy's spec parser validates the names against the policy and the values as numbers.
+        std::string spec = policy + ":";
+        for (size_t i = 0; i < policy_params.size(); ++i) spec += (i > 0 ? "," : "") + policy_params[i];
+        auto parsed = policy::params::parse(spec);
+        if (!parsed.ok()) return parsed.error().with_context("--kv-param");
+        if (parsed->budget || parsed->recent || parsed->sinks || parsed->decay ||
+            spec.find("granularity=") != std::string::npos || spec.find("positions=") != std::string::npos) {
+            return invalid_argument(
+                "--kv-param takes the policy's own parameters; give budget, recent, sinks, decay, "
+                "granularity and positions with their --kv-* flags");
+        }
+        p.extra = parsed->extra;
+    }
     auto g = policy::parse_granularity(granularity);
     if (!g.ok()) return g.error().with_context("--kv-granularity");
     p.gran = *g;
@@ -159,7 +194,7 @@ result<std::vector<engine::session_params>> sweep_options::runs(const kv_options
         for (const auto& b : budgets) {
             engine::session_params sp = base;
             sp.kv = *p;
-            if (p->name == "full") {
+            if (!policy::policy_evicts(p->name)) {
                 if (have_full) continue;
                 have_full = true;
             } else {
@@ -211,6 +246,14 @@ result<loaded_model> load_model(const std::string& path) {
     H2OKV_ASSIGN_OR_RETURN(lm.file, gguf::file::open(path));
     H2OKV_ASSIGN_OR_RETURN(lm.model, model::model::load(*lm.file));
     return lm;
+}
+
+std::string kv_saving_text(int64_t allocated, int64_t full) {
+    if (allocated <= 0 || full <= 0) return fmt::format("{} for a full cache of the run", full);
+    const double a = static_cast<double>(allocated);
+    const double f = static_cast<double>(full);
+    return allocated <= full ? fmt::format("{} for a full cache of the run: {:.2f}x smaller", full, f / a)
+                             : fmt::format("{} for a full cache of the run: {:.2f}x larger", full, a / f);
 }
 
 status warn_positions(const model::model& m, const engine::session_params& p, int64_t run_length) {

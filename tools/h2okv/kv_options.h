@@ -30,11 +30,12 @@ struct model_options {
 };
 
 struct kv_options {
-    std::string policy = "full";
+    std::string policy = policy::params{}.name;
     std::string budget;
     std::optional<int64_t> recent;  // unset: the policy's default
     std::optional<int64_t> sinks;
     std::optional<double> decay;
+    std::vector<std::string> policy_params;  // --kv-param NAME=VALUE: the policy's own parameters
     std::string granularity = "head";
     std::string positions = "original";
     int prefill_chunk = 512;
@@ -117,6 +118,10 @@ struct loaded_model {
     std::unique_ptr<model::model> model;
 };
 result<loaded_model> load_model(const std::string& path);
+
+// "<full> for a full cache of the run: <r>x smaller" (or larger), r = full / allocated: how generate and
+// bench state what the KV cache saves.
+std::string kv_saving_text(int64_t allocated, int64_t full);
 
 // Prints session::position_warning's sentence, if any, as "h2okv: warning: ..." to stderr, once per process
 // (a sweep's runs share it).

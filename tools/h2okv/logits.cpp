@@ -7,7 +7,7 @@
 // --kv-prefill-chunk, so an evicting policy evicts after each chunk exactly as in `generate`.
 //
 //   h2okv logits -m smollm.gguf --tokens-file ids.txt -o h2okv.npy
-//   h2okv logits -m smollm.gguf -f story.txt -n 256 --kv-policy h2o --kv-budget 0.2 -o h2o.npy
+//   h2okv logits -m smollm.gguf -f story.txt --max-tokens 256 --kv-policy h2o --kv-budget 0.2 -o h2o.npy
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -106,7 +106,7 @@ result<std::vector<int32_t>> input_tokens(const logits_options& o, const gguf::f
     }
     if (o.n_tokens > 0) {
         if (static_cast<int64_t>(tokens.size()) < o.n_tokens) {
-            return invalid_argument("-n {} but the input has only {} tokens{}", o.n_tokens, tokens.size(),
+            return invalid_argument("--max-tokens {} but the input has only {} tokens{}", o.n_tokens, tokens.size(),
                                     o.tokens_path.empty() ? " (BOS included)" : "");
         }
         tokens.resize(static_cast<size_t>(o.n_tokens));
@@ -228,7 +228,8 @@ void add_logits_command(CLI::App& app, int* exit_code) {
                     "File of whitespace-separated token ids, each in [0, n_vocab); no BOS is added");
     cmd->add_option("-p,--prompt", o->prompt, "A text: BOS + its tokens");
     cmd->add_option("-f,--file", o->text_path, "A text file: BOS + its tokens");
-    cmd->add_option("-n,--n-tokens", o->n_tokens, "Use the first N tokens of the input (default: all)")
+    cmd->add_option("--max-tokens", o->n_tokens,
+                    "Use the first N tokens of the input (default: all; as perplexity)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("-o,--output", o->out_path, "Output .npy file")->required();
     o->kv.add_to(*cmd);
@@ -238,7 +239,7 @@ void add_logits_command(CLI::App& app, int* exit_code) {
         "llama.cpp on the same ids, see scripts/llamacpp/compare.sh and docs/PERFORMANCE.md.\n"
         "Examples:\n"
         "  h2okv logits -m model.gguf --tokens-file ids.txt -o h2okv.npy\n"
-        "  h2okv logits -m model.gguf -f story.txt -n 256 --kv-policy h2o --kv-budget 0.2 "
+        "  h2okv logits -m model.gguf -f story.txt --max-tokens 256 --kv-policy h2o --kv-budget 0.2 "
         "--kv-prefill-chunk 1 -o h2o.npy");
     cmd->callback([o, exit_code] { *exit_code = run_logits(*o); });
 }

@@ -27,7 +27,7 @@ struct passkey_options {
     eval::passkey_params params;
     std::string filler_path = H2OKV_DEFAULT_DATA_DIR "/tinystories/tinystories_val_head.txt";
     bool show = false;
-    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "tova"}, {"0.2", "0.5"}};
+    sweep_options sweep{policy::default_sweep(), {"0.2", "0.5"}};
     std::string jsonl_path;
 };
 

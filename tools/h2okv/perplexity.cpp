@@ -23,8 +23,7 @@ struct perplexity_options {
     kv_options kv;
     std::string text_path;
     int64_t max_tokens = 0;
-    sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "h2o:decay=0.98", "tova"},
-                        {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
+    sweep_options sweep{policy::default_sweep(), {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
     std::string jsonl_path;
     int nll_window = 0;
 };
@@ -117,6 +116,8 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
     cmd->add_option("--max-tokens", o->max_tokens,
                     "Evaluate the first N tokens, BOS included (N - 1 predictions); default: the whole file");
     o->kv.add_to(*cmd);
+    cmd->get_option("--kv-prefill-chunk")
+        ->description("Text tokens per chunk (evictions after each; the default 1 streams token by token)");
     o->sweep.add_to(*cmd);
     cmd->add_option("--nll-window", o->nll_window,
                     "With --jsonl: also record the mean NLL of every N consecutive predictions (perplexity "

@@ -135,6 +135,11 @@ void add_tasks_command(CLI::App& app, int* exit_code) {
         ->capture_default_str();
     cmd->add_option("--seed", o->seed, "Seed of the few-shot draw")->capture_default_str();
     o->kv.add_to(*cmd);
+    cmd->get_option("--kv-prefill-chunk")
+        ->description(
+            "Tokens of each (context, choice) sequence per chunk (evictions after each; the default 1 "
+            "streams "
+            "token by token)");
     cmd->add_option("--jsonl", o->jsonl_path,
                     "Append one JSON line per task (configuration, model sha256, timings, accuracies)");
     cmd->callback([o, exit_code] { *exit_code = run_tasks(*o); });

@@ -6,8 +6,8 @@
 //
 //   engine::session_params sp;
 //   sp.kv = *policy::params::parse("h2o:budget=64");
-//   H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(*model, sp, /*run_length=*/1 + prompt.size() +
-//   200)); H2OKV_RETURN_IF_ERROR(s->process(prompt_ids, model::logits_mode::last, &logits));
+//   H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(*model, sp, /*run_length=*/prompt.size() + 200));
+//   H2OKV_RETURN_IF_ERROR(s->process(prompt_ids, model::logits_mode::last, &logits));
 #pragma once
 
 #include <chrono>

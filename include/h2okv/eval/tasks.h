@@ -92,11 +92,13 @@ result<std::string> task_file(std::string_view task, std::string_view split = {}
 
 // Reads and formats a task (`data_dir` is the shared data folder; an empty split is the default one).
 // Prompts, as lm-eval's task definitions:
-//   copa        "{premise without its final period} because|therefore" + " {alternative, first letter
-//   lowered}" piqa, arc-*, mathqa   "Question: {question}\nAnswer:" + " {option}" openbookqa  "{question}" +
-//   " {option}" siqa        "Q: {question}\nA:" + " {option}" boolq       "Question: {question}\nAnswer:" + "
-//   no" | " yes" (the data has no passage) winogrande  "{sentence up to _}{option}" + " {rest of the
-//   sentence}"
+//   copa                  "{premise without its final period} because|therefore"
+//                         + " {alternative, first letter lowered}"
+//   piqa, arc-*, mathqa   "Question: {question}\nAnswer:" + " {option}"
+//   openbookqa            "{question}" + " {option}"
+//   siqa                  "Q: {question}\nA:" + " {option}"
+//   boolq                 "Question: {question}\nAnswer:" + " no" | " yes" (the data has no passage)
+//   winogrande            "{sentence up to _}{option}" + " {rest of the sentence}"
 result<task_set> load_task(std::string_view task, const std::string& data_dir, std::string_view split = {});
 
 // A choice as the model sees it: tokens = BOS (when the model adds one) + encode(context + continuation);

@@ -10,8 +10,9 @@
 //   using namespace h2okv::kernels;
 //   matrix_view w{core::tensor_type::f32, info->data, /*rows=*/n_out, /*cols=*/n_in, n_in * sizeof(float)};
 //   matmul(w, x, n_tok, y);                          // y: [n_tok][n_out]
-//   kv_rows k{core::tensor_type::f16, k_bytes, head_dim * 2}, v{core::tensor_type::f16, v_bytes, head_dim *
-//   2}; attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
+//   kv_rows k{core::tensor_type::f16, k_bytes, 2u * head_dim};
+//   kv_rows v{core::tensor_type::f16, v_bytes, 2u * head_dim};
+//   attend(q, n_q, k, v, head_dim, slots, n, 1.0f / std::sqrt(float(head_dim)), out, w, n, score_row);
 //
 // Determinism: every output element is computed by one thread with one fixed sequence of operations that
 // depends only on the active ISA and the element's own inputs (not on the thread count, the row block, or
@@ -49,6 +50,7 @@ uint16_t fp32_to_bf16(float f) noexcept;
 enum class weight_layout : uint8_t {
     rows,      // rows contiguous, ggml's blocks
     q4_k_x16,  // Q4_K, 16 rows interleaved with their scales unpacked (src/kernels/q4_k_x16.h)
+    q8_0_x16,  // Q8_0, 16 rows interleaved, weights as unsigned bytes (src/kernels/q8_0_x16.h)
 };
 
 struct matrix_view {
@@ -61,8 +63,9 @@ struct matrix_view {
 };
 
 // Weight matrices repacked once, at load time, into the layout the products read fastest; the products give
-// the same bits as over the plain rows. Today: Q4_K matrices whose rows are a multiple of 16 (decode and
-// small batches then read one interleaved stream instead of unpacking every block's scales per row).
+// the same bits as over the plain rows. Today: Q4_K and Q8_0 matrices whose rows are a multiple of 16 (decode
+// and small batches then read one interleaved stream: no per-row scale unpacking for Q4_K, one vpdpbusd per
+// four weights of 16 rows for Q8_0).
 // H2OKV_PACK_WEIGHTS=0 in the environment turns packing off (to compare).
 //
 //   kernels::packed_weights packed;
@@ -160,16 +163,16 @@ void softmax(float* x, int n) noexcept;
 void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 
 // A slot-indexed K or V store of one KV head, as attend reads it: row s holds head_dim elements of `type` at
-// data + s * row_bytes. Types: f32, f16 (IEEE binary16) or q8_0 (ggml's blocks of 32, so head_dim must be a
-// multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
+// data + s * row_bytes. Types: f32, f16 (IEEE binary16), q8_0 or q4_0 (ggml's blocks of 32, so head_dim must
+// be a multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
 struct kv_rows {
     core::tensor_type type;
     const std::byte* data;
     size_t row_bytes;
 };
 
-// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 for
-// multiples of 32.
+// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 and
+// q4_0 for multiples of 32.
 bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
@@ -197,6 +200,21 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
 // in float, each product rounded, then the difference or sum: the same bits on every ISA.
 void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
                int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept;
+
+// Gemma's blocks (src/kernels/gemma.cpp): one scalar implementation each, used by every ISA (they are a
+// small part of a step; no SIMD twin to keep in step).
+//
+// out[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation, gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g +
+// 0.044715 g^3))) computed in double; out may alias gate or up.
+void gelu_tanh_glu(const float* gate, const float* up, int n, float* out) noexcept;
+// x[i] = cap * tanh(x[i] / cap) in place (logit soft-capping), cap > 0, computed in double.
+void softcap(float* x, int n, float cap) noexcept;
+// attend with soft-capped scores: s_ij = cap * tanh(scale * dot(q_i, k[slots[j]]) / cap), then attend's
+// softmax, outputs, weights and score_row, same layout and order; cap > 0. Dots, tanh and sums in double
+// (the reference attend's arithmetic); thread-safe like attend.
+void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                    const int32_t* slots, int n, float scale, float cap, float* out, float* weights,
+                    size_t weights_stride, double* score_row) noexcept;
 
 // The instruction sets kernels are compiled for. `best_isa()` is the best the CPU supports (avx512 over avx2
 // over reference); the kernels start with core::selected_isa() (h2okv/core/cpu_isa.h: the best, or the one

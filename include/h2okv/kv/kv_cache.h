@@ -10,6 +10,13 @@
 // in an f32 copy of the layer's rows (roll_keys), so the stored rows are never rewritten and never
 // accumulate rounding.
 //
+// Sliding-window layers (model::hparams::sliding, Gemma's local layers) are not governed by the policy: they
+// get their own store and a `window` slot table (kv_policy of the `window` policy over those layers, one
+// unit, budget W - 1 for a window of W), so each holds only the last W - 1 positions between chunks and W -
+// 1 + chunk while one is open; a query at t attends the positions in (t - W, t]. The configured policy
+// (policy()) governs the global layers only: its units, layers and budgets count global layers alone.
+// Rolling positions are refused for models with sliding-window layers.
+//
 // The cache does not run attention itself: an attention_runner (h2okv/kv/attention_runner.h) does, for the
 // tokens of one or many caches in one forward pass. A chunk may be forwarded in several passes (token by
 // token when the policy needs it, or a few tokens per pass when a batch is full); the cache counts how many
@@ -50,8 +57,9 @@ using weights_observer =
 
 // The memory of one sequence's cache, known before it is allocated (kv_cache::plan).
 struct cache_footprint {
-    int64_t capacity = 0;     // slots per unit
-    int64_t kv_bytes = 0;     // K and V rows at the type's real size
+    int64_t capacity = 0;         // slots per unit of the global layers (the policy's)
+    int64_t window_capacity = 0;  // slots per KV head of a sliding-window layer (0: none)
+    int64_t kv_bytes = 0;         // K and V rows at the type's real size, both kinds of layer
     int64_t table_bytes = 0;  // the policy's slot tables and the cache's per-unit slot lists and score rows
     bool rolling = false;     // rolling positions (policy::position_mode::rolling; never under `full`)
     int64_t total() const { return kv_bytes + table_bytes; }
@@ -91,13 +99,18 @@ public:
     void set_row_observer(row_observer obs) { observer_ = std::move(obs); }
     void set_weights_observer(weights_observer obs) { weights_observer_ = std::move(obs); }
 
-    int64_t capacity() const { return store_.capacity(); }
+    int64_t capacity() const { return store_.capacity(); }  // slots per unit of the global layers
     kv_type type() const { return store_.type(); }
-    int64_t bytes() const { return store_.bytes(); }  // K and V storage allocated, at the type's real size
+    // K and V storage allocated, at the type's real size, both kinds of layer.
+    int64_t bytes() const { return store_.bytes() + window_store_.bytes(); }
+    // Sliding-window layers: their slot table (null when the model has none) and slots per KV head.
+    const policy::kv_policy* window_policy() const { return window_.get(); }
+    int64_t window_capacity() const { return window_ ? window_store_.capacity() : 0; }
     const cache_footprint& footprint() const { return footprint_; }
-    // Positions held, summed over units.
+    // Positions held, summed over the policy's units (the global layers).
     int64_t kept_total() const;
-    // The kept positions of every (layer, KV head), layer-major: n_layer * n_kv_head sorted lists.
+    // The kept positions of every (layer, KV head), layer-major: n_layer * n_kv_head sorted lists (a
+    // sliding-window layer's are its window's).
     std::vector<std::vector<int64_t>> kept_per_head() const;
 
 private:
@@ -105,6 +118,22 @@ private:
     kv_cache(const model::hparams& hp, std::unique_ptr<policy::kv_policy> pol, slot_store store,
              cache_footprint fp);
 
+    // What the runner sees of a layer, whichever its kind.
+    bool sliding(int layer) const { return hp_.sliding(layer); }
+    // The policy's unit of (layer, KV head g) of a global layer.
+    int unit_of(int layer, int g) const { return policy_->unit_of(index_[static_cast<size_t>(layer)], g); }
+    // Stores chunk token ci's K and V rows of (layer, g) in its slot (and hands the key to a key-scored
+    // policy).
+    void write(int layer, int g, int ci, const float* k, const float* v);
+    // The slots chunk query ci attends in (layer, g): a global layer's kept slots and the chunk prefix; a
+    // sliding layer's window of it.
+    std::span<const int32_t> attended(int layer, int g, int ci) const;
+    // Their positions, in the same order.
+    void attended_positions(int layer, int g, int ci, std::vector<int64_t>* out) const;
+    // Whether a global layer's rows are handed to the policy after it (not before the last global layer
+    // under `model` granularity).
+    bool hands_rows(int layer) const;
+    kernels::kv_rows values(int layer, int g) const;
     // The keys attention reads for (layer, KV head g): the store's rows, or in rolling mode the f32 rows
     // roll_keys wrote (values are always read from the store).
     kernels::kv_rows keys(int layer, int g) const;
@@ -114,8 +143,18 @@ private:
 
     model::hparams hp_;
     std::unique_ptr<policy::kv_policy> policy_;
-    slot_store store_;
+    slot_store store_;  // the global layers'
     cache_footprint footprint_;
+    // Per model layer: its index among the layers of its kind (the policy's layer, or the window store's).
+    std::vector<int> index_;
+    int last_global_ = 0;
+    // Sliding-window layers: their slot table (one unit for all of them: the window is the same for each),
+    // their store, and the open chunk's attended slots with their positions, kept ones in position order.
+    std::unique_ptr<policy::kv_policy> window_;
+    slot_store window_store_;
+    std::vector<int32_t> window_attended_;
+    std::vector<int64_t> window_positions_;
+    int window_n_kept_ = 0;
 
     // Rolling positions: per unit and slot, the position a stored key was rotated at ([unit][capacity]);
     // per distinct rope of the layers (hparams::rope_specs), the turns by -d for d in [0, capacity)

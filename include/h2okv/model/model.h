@@ -41,8 +41,21 @@ struct hparams {
     // layer the index of its own. Use rope(layer).
     std::vector<kernels::rope_spec> rope_specs;
     std::vector<int> layer_rope;
+    // Sliding-window (local) layers, Gemma's: layer l attends only the positions p with t - p <
+    // sliding_window from its query t (the query's own included) when layer_sliding[l]; the other layers are
+    // global. Empty / 0: every layer is global.
+    int64_t sliding_window = 0;
+    std::vector<uint8_t> layer_sliding;
+    float attn_scale = 0.0f;     // multiplies q.k before the softmax; 0: 1 / sqrt(head_dim)
+    float attn_softcap = 0.0f;   // > 0: attention scores s become cap * tanh(s / cap) (Gemma 2)
+    float final_softcap = 0.0f;  // > 0: the same on the output logits
 
     int gqa_group() const { return n_head / n_kv_head; }
+    bool sliding(int layer) const {
+        return !layer_sliding.empty() && layer_sliding[static_cast<size_t>(layer)] != 0;
+    }
+    int n_sliding() const;  // layers that are sliding-window ones
+    float attention_scale() const;
     const kernels::rope_spec& rope(int layer) const {
         return rope_specs[static_cast<size_t>(layer_rope[static_cast<size_t>(layer)])];
     }

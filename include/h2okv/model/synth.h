@@ -3,8 +3,9 @@
 // synthetic pieces), loadable by h2okv and llama.cpp alike. Tests use them to exercise shapes the bundled
 // model lacks; benchmarks to compare engines on identical files.
 //
-//   model::synth_shape s{.n_embd = 256, .n_layer = 2, .n_head = 4, .n_kv_head = 1, .n_ff = 512, .n_vocab =
-//   300}; auto bytes = model::synthesize_model(s, gguf::tensor_type::q8_0, /*seed=*/1);
+//   model::synth_shape s{.n_embd = 256, .n_layer = 2, .n_head = 4, .n_kv_head = 1, .n_ff = 512,
+//                        .n_vocab = 300};
+//   auto bytes = model::synthesize_model(s, gguf::tensor_type::q8_0, /*seed=*/1);
 #pragma once
 
 #include <cstddef>
@@ -29,11 +30,16 @@ struct synth_shape {
     bool tied_output = true;
     float rope_freq_base = 10000.0f;
     // The architecture's tensors and keys: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused qkv
-    // and gate/up). NeoX pairing comes with the architecture, as in real files.
+    // and gate/up), gemma2, gemma3. NeoX pairing comes with the architecture, as in real files.
     std::string arch = "llama";
     int head_dim = 0;           // 0: n_embd / n_head; else written as attention.key_length (Qwen3: 128)
     rope_scaling rope_scale{};  // written as rope.scaling.type / factor / original_context_length
     bool rope_freqs = false;    // llama: Llama 3.1's rope_freqs.weight (factor 8, low 1, high 4, 8192)
+    // gemma2 / gemma3 (post-attention and post-FFN norms; gemma3 also q/k norms): written when nonzero as
+    // attention.sliding_window, attn_logit_softcapping and final_logit_softcapping.
+    int64_t sliding_window = 0;
+    float attn_softcap = 0.0f;
+    float final_softcap = 0.0f;
     status validate() const;
 };
 

@@ -10,8 +10,7 @@
 //   H2OKV_ASSIGN_OR_RETURN(auto pol, policy::kv_policy::create(params, layout, run_length));
 //   for each chunk [first, first + n):
 //       pol->begin_chunk(first, n);           // every unit gives chunk token i the slot chunk_slots(u)[i]
-//       for i in 0..n-1, for each unit u:     // query position first + i attends kept_slots(u) +
-//       chunk_slots(u)[0..i]
+//       for i in 0..n-1, for each unit u:     // query first + i attends kept_slots(u) + chunk_slots(u)[0..i]
 //           row[slot] = sum over the unit's query heads of their softmax weight on that slot (as double)
 //           pol->add_row(u, i, row);          // skip it for a null row; rows of a unit in increasing i
 //       pol->end_chunk();                     // evicts down to budget; victims(u) lists who left
@@ -29,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -81,6 +81,8 @@ struct params {
     std::optional<double> decay;
     granularity gran = granularity::head;
     position_mode positions = position_mode::original;  // ignored by `full` (nothing moves)
+    // The policy's own parameters (policy_facts::extra names them): "keyformer:tau=0.5,seed=7".
+    std::map<std::string, double, std::less<>> extra;
 
     // "h2o:budget=256,recent=192,decay=0.98,sinks=0,granularity=layer,positions=rolling" (the part after ':'
     // is optional).
@@ -100,8 +102,11 @@ struct resolved_params {
     double decay = 1.0;
     granularity gran = granularity::head;
     position_mode positions = position_mode::original;  // always original for `full`
+    // Every parameter of policy_facts::extra, defaults applied.
+    std::map<std::string, double, std::less<>> extra;
     // "h2o:budget=256,recent=128,sinks=0,granularity=head" (decay only when it is not 1, positions only when
-    // rolling); params::parse of it creates the same configuration.
+    // rolling, then the policy's own parameters that differ from their defaults); params::parse of it creates
+    // the same configuration.
     std::string to_string() const;
     bool operator==(const resolved_params&) const = default;
 };
@@ -119,6 +124,44 @@ struct layout {
 // The names of every registered policy, in registry order.
 std::vector<std::string> policy_names();
 
+// What a policy's scores are computed from.
+enum class score_source {
+    none,       // no score: the victim follows from positions alone (full, window, streaming)
+    attention,  // attention rows (add_row)
+    keys,       // the keys of the chunk's tokens, at insertion (add_key); no attention rows
+};
+const char* score_source_name(score_source s);
+
+// A parameter of a policy beyond the shared budget/recent/sinks/decay (params::extra).
+struct extra_param {
+    std::string name;
+    double default_value = 0.0;
+    std::string help;  // one line: meaning and valid range
+};
+
+// Facts about a registered policy, from its registry entry: what the engine and the CLI read instead of
+// comparing policy names.
+struct policy_facts {
+    std::string name;
+    std::string summary;   // one line: what it evicts
+    std::string defaults;  // one line: its defaults of budget, recent, sinks and decay
+    bool evicts = true;    // false: keeps every token, its capacity is the context length (`full`)
+    score_source source = score_source::none;  // with default parameters
+    // Spec strings the default --sweep-policies of the evaluation commands include (may be empty).
+    std::vector<std::string> sweep;
+    std::vector<extra_param> extra;
+};
+
+// Every registered policy's facts, in registry order.
+std::vector<policy_facts> policy_catalog();
+// The facts of `name`; an unknown name is refused with the list of valid ones.
+result<policy_facts> facts_of(std::string_view name);
+// The default sweep: every registered policy's sweep specs, in registry order.
+std::vector<std::string> default_sweep();
+// Whether the policy named `name` evicts (policy_facts::evicts); true for a name no policy has, which
+// kv_policy::create refuses anyway.
+bool policy_evicts(std::string_view name);
+
 namespace detail {
 struct unit_table;  // one unit's slot table (src/policy/unit_table.h)
 struct policy_state;
@@ -133,6 +176,9 @@ struct footprint {
     bool needs_attention = false;
     position_mode positions = position_mode::original;  // as resolved (original for `full`)
     int64_t table_bytes = 0;                            // bytes of the slot tables
+    // Keys the policy copies per slot and unit (keydiff, the proxy): that many head_dim floats each, which
+    // the engine adds (the policy does not know head_dim).
+    int stored_keys_per_slot = 0;
 };
 
 class kv_policy {
@@ -148,8 +194,13 @@ public:
 
     const resolved_params& config() const { return config_; }
     const layout& shape() const { return layout_; }
-    // Whether add_row has any effect; engines skip score accumulation when false.
+    // Whether add_row has any effect; engines skip score accumulation (and never materialise attention
+    // rows) when false.
     virtual bool needs_attention() const = 0;
+    // Whether add_key has any effect: the policy scores tokens from their keys at insertion.
+    virtual bool needs_keys() const { return false; }
+    // Keys the policy keeps a copy of per slot and unit (footprint::stored_keys_per_slot).
+    virtual int stored_keys_per_slot() const { return 0; }
     // True when an engine must forward a chunk one token at a time through all layers: a `model`-granularity
     // policy that reads attention needs the rows of every layer for a query before the next query's row.
     // Chunk boundaries, and so evictions, do not change; only how the chunk's tokens are batched.
@@ -176,6 +227,10 @@ public:
     // where the query did not attend, free slots included). Decays then adds, per the contract. Not calling
     // it for (unit, i) is a null row. Rows of one unit must come in increasing i.
     void add_row(int unit, int i, const double* row);
+    // The key of chunk token i as KV head `kv_head` of `layer` stores it (head_dim floats, rotated as the
+    // engine attends it), for every (layer, KV head) of `unit`: call it once per (layer, KV head) and chunk
+    // token, in any order, before end_chunk. A no-op unless needs_keys().
+    void add_key(int unit, int i, int layer, int kv_head, std::span<const float> key);
     // Admits the chunk and evicts, per unit, down to the budget.
     status end_chunk();
 
@@ -215,6 +270,25 @@ protected:
     // selections the built-in policies use.
     virtual void choose_victims(detail::unit_table& t, int count) const = 0;
 
+    // Hooks of policies whose scores are not the contract's decayed sum (the scorer base, scorer.h, uses
+    // them). custom_rows(): add_row calls update_row instead of the shared score pass. on_init: after the
+    // tables are allocated. on_begin_chunk: after the chunk's slots are assigned, per table. on_reset: from
+    // reset(). add_key forwards to on_key when needs_keys().
+    virtual bool custom_rows() const { return false; }
+    virtual void update_row(detail::unit_table& t, int unit, int i, const double* row) const {}
+    virtual status on_init() { return ok_status(); }
+    virtual void on_begin_chunk(detail::unit_table& t, int table_index) {}
+    virtual void on_reset() {}
+    virtual void on_key(detail::unit_table& t, int unit, int i, int layer, int kv_head,
+                        std::span<const float> key) {}
+    // From end_chunk, before anything is admitted or evicted (the chunk is still open).
+    virtual void on_end_chunk() {}
+    // add_row's score update, whether or not the policy reads attention rows from the engine (a policy
+    // that computes its own rows, such as the key-as-query proxy, feeds them here).
+    void apply_row(int unit, int i, const double* row);
+    // The table of `unit` (shared by every unit when the policy reads neither attention nor keys).
+    detail::unit_table& table(int unit) const;
+
 private:
     // Allocates the slot tables; create() calls it once the policy's type (and so needs_attention()) is
     // known.
@@ -222,7 +296,6 @@ private:
     // The sizes init() allocates, validated.
     result<footprint> measure() const;
     static result<std::unique_ptr<kv_policy>> make(const params& p, const layout& l, int64_t run_length);
-    detail::unit_table& table(int unit) const;
 
     resolved_params config_;
     layout layout_;

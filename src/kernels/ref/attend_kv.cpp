@@ -1,4 +1,4 @@
-// The reference attention over f32, f16 and q8_0 K/V rows: every element decoded on its own (the values
+// The reference attention over f32, f16, q8_0 and q4_0 K/V rows: every element decoded on its own (the values
 // dequantize_row defines), dot products and weighted sums in double, one head after the other.
 #include <algorithm>
 #include <cstring>
@@ -26,6 +26,16 @@ double element(const kv_rows& r, int32_t slot, int d) {
             const auto q = static_cast<int8_t>(block[2 + d % detail::q8_0_elems]);
             // d * q is exact in float (11 by 8 significant bits), as dequantize_row computes it.
             return detail::half_to_float(h) * static_cast<float>(q);
+        }
+        case core::tensor_type::q4_0: {
+            // ggml's layout: a block's first 16 elements in the low nibbles, the next 16 in the high ones.
+            const std::byte* block = row + static_cast<size_t>(d / detail::q4_0_elems) * detail::q4_0_bytes;
+            uint16_t h;
+            std::memcpy(&h, block, 2);
+            const int i = d % detail::q4_0_elems;
+            const auto byte = static_cast<uint8_t>(block[2 + i % 16]);
+            const int q = (i < 16 ? byte & 0xF : byte >> 4) - 8;
+            return detail::half_to_float(h) * static_cast<float>(q);  // exact, as dequantize_row
         }
         default: {
             float f;

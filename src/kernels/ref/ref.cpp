@@ -153,6 +153,16 @@ void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int6
         }
         return;
     }
+    if (w.type == tensor_type::q8_0) {
+        const detail::q8_0_act* xq =
+            detail::quantize_q8_0_tokens(x, n_tok, w.cols, &detail::quantize_q8_0_act);
+        if (xq == nullptr) {
+            detail::matmul_q8_0_unbuffered(w, x, n_tok, y, r0, r1);
+        } else {
+            q8_0_rows(w, xq, n_tok, y, r0, r1);
+        }
+        return;
+    }
     float buf[piece];
     double acc[16];  // per-token partial sums for a token group, so each row piece is converted once
     const size_t piece_bytes = row_size(w.type, piece);

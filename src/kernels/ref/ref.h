@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/q8_0_act.h"
 #include "kernels/q8k.h"
 
 namespace h2okv::kernels::ref {
@@ -19,6 +20,9 @@ void matmul(const matrix_view& w, const float* x, int n_tok, float* y);
 // Rows [r0, r1) of a Q4_K / Q6_K product over activations already quantised (kernel_table::kquant_rows).
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
+// Rows [r0, r1) of a Q8_0 product over activations already quantised (kernel_table::q8_0_rows), either
+// layout (src/kernels/ref/q8_0.cpp).
+void q8_0_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0, int64_t r1);
 void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
 void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 void rope(float* x, int n_heads, int head_dim, int rope_dim, int64_t pos, float freq_base, rope_pairing p);
@@ -26,8 +30,8 @@ void rope_rotation(int64_t pos, int rope_dim, float freq_base, float* cos_sin);
 void rope_rotation(const rope_spec& spec, int64_t pos, float* cos_sin);
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p);
 // kernels::turn_rows: each row decoded by dequantize_row, then turned pair by pair.
-void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n, int rope_dim,
-               rope_pairing p, const float* tables, float* dst);
+void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
+               int rope_dim, rope_pairing p, const float* tables, float* dst);
 void softmax(float* x, int n);
 void swiglu(const float* gate, const float* up, int n, float* out);
 // kernels::attend (src/kernels/ref/attend_kv.cpp): K/V decoded element by element, dot products and sums in

@@ -1,8 +1,8 @@
-// AVX2 + FMA + F16C attention over f32, f16 and q8_0 K/V rows (kernels::attend's contract). The query heads
-// of a GQA group are taken up to three at a time: each K or V chunk is loaded and converted once and feeds
-// every head's accumulators. Every accumulator belongs to one (head, slot) or one (head, output element), so
-// a head's bits do not depend on how many heads share the pass. head_dim not a multiple of 8 goes to the
-// reference kernel (no model in use has one).
+// AVX2 + FMA + F16C attention over f32, f16, q8_0 and q4_0 K/V rows (kernels::attend's contract). The query
+// heads of a GQA group are taken up to three at a time: each K or V chunk is loaded and converted once and
+// feeds every head's accumulators. Every accumulator belongs to one (head, slot) or one (head, output
+// element), so a head's bits do not depend on how many heads share the pass. head_dim not a multiple of 8
+// goes to the reference kernel (no model in use has one).
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
 #include "kernels/ref/ref.h"
@@ -43,6 +43,23 @@ struct q8_0_rows {
         const __m128i q =
             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + i % detail::q8_0_elems));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    }
+};
+
+struct q4_0_rows {
+    // d * (q - 8), exact in float: the values dequantize_row gives. Elements 0..15 of a block are the low
+    // nibbles of its 16 bytes, 16..31 the high ones; i is a multiple of 8.
+    H2OKV_AVX2 static __m256 load(const std::byte* row, int i) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q4_0_elems) * detail::q4_0_bytes;
+        uint16_t h;
+        std::memcpy(&h, block, 2);
+        const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h)));
+        const int off = i % detail::q4_0_elems;
+        __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + (off & 15)));
+        if (off >= 16) q = _mm_srli_epi16(q, 4);
+        q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+        const __m256i qi = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(qi), d);
     }
 };
 
@@ -217,11 +234,17 @@ H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows&
     } else if (k.type == tt::q8_0) {
         attend_rows<q8_0_rows, q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
                                           weights_stride);
+    } else if (k.type == tt::q4_0) {
+        attend_rows<q4_0_rows, q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                          weights_stride);
     } else if (v.type == tt::f16) {
         attend_rows<f32_rows, f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
                                         weights_stride);
     } else if (v.type == tt::q8_0) {
         attend_rows<f32_rows, q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                         weights_stride);
+    } else if (v.type == tt::q4_0) {
+        attend_rows<f32_rows, q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
                                          weights_stride);
     } else {
         attend_rows<f32_rows, f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,

@@ -394,8 +394,9 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
         case tensor_type::f16: matmul_tiled<v256, dense_codec<f16_loader>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::bf16: matmul_tiled<v256, dense_codec<bf16_loader>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::q8_0:
+            // Integer products over quantised activations (kernels/q8_0_act.h).
             assert(w.cols % q8_0_block == 0);
-            matmul_tiled<v256, q8_0_codec>(w, x, n_tok, y, r0, r1);
+            matmul_q8_0_rows(w, x, n_tok, y, r0, r1);
             return;
         case tensor_type::q4_0:
             assert(w.cols % detail::q4_0_elems == 0);
@@ -408,6 +409,12 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
             return;
         default: assert(false && "matmul: unsupported tensor type"); return;
     }
+}
+
+H2OKV_AVX2 void matmul_q8_0_f32_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
+                                     int64_t r1) {
+    assert(w.layout == weight_layout::rows);
+    x86::matmul_tiled<v256, q8_0_codec>(w, x, n_tok, y, r0, r1);
 }
 
 H2OKV_AVX2 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
@@ -488,9 +495,18 @@ H2OKV_AVX2 void softmax(float* x, int n) {
 
 namespace h2okv::kernels::detail {
 const kernel_table& avx2_table() {
-    static const kernel_table t{
-        isa::avx2,      &avx2::matmul_rows, &avx2::dequantize_row, &avx2::softmax,     &avx2::attend,
-        &avx2::rmsnorm, &avx2::swiglu,      &avx2::quantize_q8k,   &avx2::kquant_rows, &avx2::turn_rows};
+    static const kernel_table t{isa::avx2,
+                                &avx2::matmul_rows,
+                                &avx2::dequantize_row,
+                                &avx2::softmax,
+                                &avx2::attend,
+                                &avx2::rmsnorm,
+                                &avx2::swiglu,
+                                &avx2::quantize_q8k,
+                                &avx2::kquant_rows,
+                                &avx2::turn_rows,
+                                &avx2::quantize_q8_0_act,
+                                &avx2::q8_0_dot_rows};
     return t;
 }
 

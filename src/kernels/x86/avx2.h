@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/q8_0_act.h"
 #include "kernels/q8k.h"
 
 namespace h2okv::kernels::avx2 {
@@ -26,8 +27,8 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // silu(g) * up with the polynomial exp (sigmoid from exp(-|g|)); gates below -87 give 0 (|silu(g) * up|
 // < |g * up| * exp(-87) there).
 void swiglu(const float* gate, const float* up, int n, float* out);
-// kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0 decoded exactly
-// (d * q in f32), each head's dot products and weighted sums as float FMA chains.
+// kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0 and q4_0 decoded
+// exactly (d * q, d * (q - 8) in f32), each head's dot products and weighted sums as float FMA chains.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
 
@@ -46,5 +47,25 @@ void kquant_direct_rows(const matrix_view& w, const detail::q8k_block* xq, int n
 // kernel_table::kquant_rows: the one-token kernels for up to 3 tokens, else 8-row panels (kquant_tiles.h).
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
+
+// The Q8_0 pieces (src/kernels/x86/q8_0_avx2.cpp), the quantiser also used by the avx512 table:
+// detail::quantize_q8_0_act, bit for bit;
+void quantize_q8_0_act(const float* x, int64_t cols, detail::q8_0_act* out);
+// kernel_table::q8_0_rows: q8_0_dot_rows_avx_vnni where the CPU has AVX-VNNI, else q8_0_dot_rows_no_vnni;
+void q8_0_dot_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                   int64_t r1);
+// without VNNI: 8 rows x 4 tokens of a q8_0_x16 group per tile (vpmaddubsw), or the plain rows' kernel;
+void q8_0_dot_rows_no_vnni(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                           int64_t r1);
+// with AVX-VNNI (vpdpbusd on ymm; src/kernels/x86/q8_0_avxvnni.cpp): 8 rows x 6 tokens per tile, only where
+// cpu_has_avx_vnni();
+void q8_0_dot_rows_avx_vnni(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                            int64_t r1);
+bool cpu_has_avx_vnni();
+// rows [r0, r1) of a Q8_0 product from f32 activations (quantised here): what matmul_rows does for Q8_0;
+void matmul_q8_0_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
+// the f32-activation product Q8_0 had before (weights decoded to f32, matmul_tiles.h panels), plain rows
+// only: kept to measure the integer products against (bench/q8_0_bench.cpp).
+void matmul_q8_0_f32_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
 
 }  // namespace h2okv::kernels::avx2

@@ -359,10 +359,18 @@ H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, f
         case tensor_type::f32: x86::matmul_tiled_f32<v512>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::f16: matmul_tiled<v512, f16_codec>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::bf16: matmul_tiled<v512, bf16_codec>(w, x, n_tok, y, r0, r1); return;
-        case tensor_type::q8_0:
+        case tensor_type::q8_0: {
+            // Integer products over quantised activations (kernels/q8_0_act.h).
             assert(w.cols % detail::q8_0_elems == 0);
-            matmul_tiled<v512, q8_0_codec>(w, x, n_tok, y, r0, r1);
+            const detail::q8_0_act* xq =
+                detail::quantize_q8_0_tokens(x, n_tok, w.cols, &avx2::quantize_q8_0_act);
+            if (xq == nullptr) {
+                detail::matmul_q8_0_unbuffered(w, x, n_tok, y, r0, r1);
+            } else {
+                q8_0_dot_rows(w, xq, n_tok, y, r0, r1);
+            }
             return;
+        }
         case tensor_type::q4_0:
             assert(w.cols % detail::q4_0_elems == 0);
             matmul_tiled<v512, q4_0_codec>(w, x, n_tok, y, r0, r1);
@@ -378,6 +386,21 @@ H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, f
             }
             return;
         default: assert(false && "matmul: unsupported tensor type"); return;
+    }
+}
+
+H2OKV_AVX512 void matmul_q8_0_f32_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
+                                       int64_t r1) {
+    assert(w.layout == weight_layout::rows);
+    x86::matmul_tiled<v512, q8_0_codec>(w, x, n_tok, y, r0, r1);
+}
+
+void q8_0_dot_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                   int64_t r1) {
+    if (cpu_has_vnni()) {
+        q8_0_dot_rows_vnni(w, xq, n_tok, y, r0, r1);
+    } else {
+        avx2::q8_0_dot_rows(w, xq, n_tok, y, r0, r1);
     }
 }
 
@@ -409,10 +432,18 @@ namespace h2okv::kernels::detail {
 
 const kernel_table& avx512_table() {
     // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.
-    static const kernel_table t{isa::avx512,     &avx512::matmul_rows, &avx512::dequantize_row,
-                                &avx2::softmax,  &avx2::attend,        &avx2::rmsnorm,
-                                &avx2::swiglu,   &avx2::quantize_q8k,  &avx512::kquant_rows,
-                                &avx2::turn_rows};
+    static const kernel_table t{isa::avx512,
+                                &avx512::matmul_rows,
+                                &avx512::dequantize_row,
+                                &avx2::softmax,
+                                &avx2::attend,
+                                &avx2::rmsnorm,
+                                &avx2::swiglu,
+                                &avx2::quantize_q8k,
+                                &avx512::kquant_rows,
+                                &avx2::turn_rows,
+                                &avx2::quantize_q8_0_act,
+                                &avx512::q8_0_dot_rows};
     return t;
 }
 

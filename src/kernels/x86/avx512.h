@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "h2okv/kernels/kernels.h"
+#include "kernels/q8_0_act.h"
 #include "kernels/q8k.h"
 
 namespace h2okv::kernels::avx512 {
@@ -20,5 +21,14 @@ void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float*
 // kernel_table::kquant_rows: with AVX512-VNNI 16-row panels and a 512-bit Q4_K decode kernel, else AVX2's.
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
+
+// kernel_table::q8_0_rows: with AVX512-VNNI a 16-row q8_0_x16 group x 8 tokens per tile (vpdpbusd) and the
+// plain rows' kernel with 256-bit vpdpbusd (src/kernels/x86/q8_0_avx512.cpp), else AVX2's.
+void q8_0_dot_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                   int64_t r1);
+void q8_0_dot_rows_vnni(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
+                        int64_t r1);
+// The f32-activation Q8_0 product of before (plain rows; see avx2::matmul_q8_0_f32_rows).
+void matmul_q8_0_f32_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
 
 }  // namespace h2okv::kernels::avx512

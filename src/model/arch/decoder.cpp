@@ -141,7 +141,7 @@ public:
 
 private:
     struct layer {
-        std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+        std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm, attn_post_norm, ffn_post_norm;
         kernels::matrix_view wq, wk, wv, wo, w_gate, w_up, w_down;
     };
 
@@ -238,6 +238,11 @@ status decoder_model::load_weights(metadata_use& use) {
             H2OKV_ASSIGN_OR_RETURN(ly.k_norm, vector(use, p + "attn_k_norm.weight", hp.head_dim));
         }
         H2OKV_ASSIGN_OR_RETURN(ly.wo, matrix(use, p + "attn_output.weight", q_dim, hp.n_embd));
+        if (opt_.post_norms) {
+            H2OKV_ASSIGN_OR_RETURN(ly.attn_post_norm,
+                                   vector(use, p + "post_attention_norm.weight", hp.n_embd));
+            H2OKV_ASSIGN_OR_RETURN(ly.ffn_post_norm, vector(use, p + "post_ffw_norm.weight", hp.n_embd));
+        }
         H2OKV_ASSIGN_OR_RETURN(ly.ffn_norm, vector(use, p + "ffn_norm.weight", hp.n_embd));
         if (opt_.fused_gate_up) {  // [gate; up] in one matrix
             H2OKV_ASSIGN_OR_RETURN(const gguf::tensor_info* up,
@@ -296,6 +301,11 @@ void head_norm(float* x, size_t n_rows, const std::vector<float>& w, float eps) 
     }
 }
 
+// RMSNorm of each of the n_tok rows of x (w.size() floats each) in place; nothing when w is empty.
+void post_norm(float* x, size_t n_tok, const std::vector<float>& w, float eps) {
+    head_norm(x, n_tok, w, eps);
+}
+
 status decoder_model::forward(const batch& b, attention_backend& attn, float* logits) {
     const hparams& hp = params();
     const int n = static_cast<int>(b.tokens.size());
@@ -326,6 +336,10 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
                                 tok_embd_.data + tok_embd_.row_bytes * static_cast<size_t>(b.tokens[t]),
                                 hp.n_embd, &x_[t * embd]);
     }
+    if (opt_.embd_scale) {
+        const float scale = std::sqrt(static_cast<float>(hp.n_embd));
+        for (size_t i = 0; i < un * embd; ++i) x_[i] *= scale;
+    }
     // Layers sharing a rope spec rotate q and k of a position by the same angles: computed once per call.
     for (size_t r = 0; r < n_specs; ++r) {
         for (size_t t = 0; t < un; ++t)
@@ -355,6 +369,7 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
         }
         H2OKV_RETURN_IF_ERROR(attn.attend(l, n, q_.data(), k_.data(), v_.data(), att_.data()));
         kernels::matmul(ly.wo, att_.data(), n, proj_.data());
+        post_norm(proj_.data(), un, ly.attn_post_norm, hp.rms_eps);
         for (size_t i = 0; i < un * embd; ++i) x_[i] += proj_[i];
 
         for (size_t t = 0; t < un; ++t) {
@@ -365,9 +380,14 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
         float* const gate_up_out[] = {gate_.data(), up_.data()};
         kernels::matmul_shared_input(gate_up, gate_up_out, 2, xn_.data(), n);
         for (size_t t = 0; t < un; ++t) {
-            kernels::swiglu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
+            if (opt_.glu == glu_kind::gelu_tanh) {
+                kernels::gelu_tanh_glu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
+            } else {
+                kernels::swiglu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
+            }
         }
         kernels::matmul(ly.w_down, gate_.data(), n, proj_.data());
+        post_norm(proj_.data(), un, ly.ffn_post_norm, hp.rms_eps);
         for (size_t i = 0; i < un * embd; ++i) x_[i] += proj_[i];
     }
     out_rows_.clear();
@@ -381,6 +401,10 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
     }
     kernels::matmul(output_, xn_.data(), static_cast<int>(out_rows_.size()), logits);
     add_bias(logits, output_bias_, out_rows_.size());
+    if (hp.final_softcap > 0.0f) {
+        kernels::softcap(logits, static_cast<int>(out_rows_.size() * static_cast<size_t>(hp.n_vocab)),
+                         hp.final_softcap);
+    }
     return ok_status();
 }
 
@@ -494,11 +518,54 @@ result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pa
     return hp;
 }
 
+status read_sliding_hparams(metadata_use& use, hparams& hp, const sliding_options& o) {
+    const gguf::file& f = use.file();
+    const std::string a = use.arch() + ".";
+    if (hp.rope_scale.type == rope_scaling_type::yarn) {
+        return invalid_file("{}: {}rope.scaling.type is yarn; only linear scaling is supported for {}",
+                            f.path(), a, use.arch());
+    }
+    H2OKV_ASSIGN_OR_RETURN(double window,
+                           use.real("attention.sliding_window", static_cast<double>(o.default_window)));
+    if (!(window >= 0.0) || window != std::floor(window) || window > static_cast<double>(kMaxDim)) {
+        return invalid_file("{}: {}attention.sliding_window is {}, expected a whole number in [0, {}]",
+                            f.path(), a, window, kMaxDim);
+    }
+    H2OKV_ASSIGN_OR_RETURN(int64_t period, use.dim("attention.sliding_window_pattern", o.default_period));
+    H2OKV_ASSIGN_OR_RETURN(double base,
+                           use.real("rope.freq_base_swa", o.local_base.value_or(hp.rope_freq_base)));
+    if (!(base > 0.0)) return invalid_file("{}: {}rope.freq_base_swa is {}, expected > 0", f.path(), a, base);
+    hp.sliding_window = static_cast<int64_t>(window);
+    if (hp.sliding_window > 0) {
+        // As llama.cpp: layer l slides unless l % period == period - 1 (a period of 1: every layer global).
+        hp.layer_sliding.resize(static_cast<size_t>(hp.n_layer));
+        for (int l = 0; l < hp.n_layer; ++l)
+            hp.layer_sliding[static_cast<size_t>(l)] = l % period < period - 1 ? 1 : 0;
+    }
+    if (hp.n_sliding() > 0 && !hp.rope_specs.empty()) {
+        hp.rope_specs.push_back(make_rope_spec(hp.rope_dim, static_cast<float>(base), hp.rope_pairing, {},
+                                               o.local_scaled ? hp.rope_scale : rope_scaling{}));
+        for (int l = 0; l < hp.n_layer; ++l) hp.layer_rope[static_cast<size_t>(l)] = hp.sliding(l) ? 1 : 0;
+    }
+    if (o.attn_softcap) {
+        H2OKV_ASSIGN_OR_RETURN(double cap, use.real("attn_logit_softcapping", 50.0));
+        hp.attn_softcap = static_cast<float>(cap);
+    }
+    H2OKV_ASSIGN_OR_RETURN(double final_cap, use.real("final_logit_softcapping", o.final_softcap));
+    hp.final_softcap = static_cast<float>(final_cap);
+    // llama.cpp's rule (Gemma's reference code: query_pre_attn_scalar is head_dim, or n_embd / n_head for
+    // the 27B models, which it recognises by their block count).
+    hp.attn_scale = o.big_layers > 0 && hp.n_layer == o.big_layers
+                        ? 1.0f / std::sqrt(static_cast<float>(hp.n_embd / hp.n_head))
+                        : 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+    return ok_status();
+}
+
 result<std::unique_ptr<model>> load_decoder(metadata_use& use, hparams hp, const decoder_options& o) {
     H2OKV_RETURN_IF_ERROR(hp.validate());
     // A layer has at least its two norms and four matrices (fused q/k/v and gate/up): a block count the file
     // cannot hold is refused before anything is sized by it.
-    const size_t per_layer = 6 + (o.qk_norm ? 2 : 0);
+    const size_t per_layer = 6 + (o.qk_norm ? 2 : 0) + (o.post_norms ? 2 : 0);
     if (static_cast<size_t>(hp.n_layer) > use.file().tensors().size() / per_layer) {
         return invalid_file(
             "{}: {}.block_count is {} but the file has {} tensors; each layer needs at least {}",

@@ -55,10 +55,32 @@ private:
 // layers.
 result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pairing, bool rope_freqs);
 
+// The gated FFN's activation: SiLU (SwiGLU) or GELU's tanh approximation (GeGLU, Gemma).
+enum class glu_kind { silu, gelu_tanh };
+
 struct decoder_options {
     bool qk_norm = false;        // attn_q_norm / attn_k_norm [head_dim] RMSNorm per head before RoPE (Qwen3)
     bool fused_gate_up = false;  // ffn_up is [n_embd, 2 * n_ff], gate then up (Phi-3); no ffn_gate
+    glu_kind glu = glu_kind::silu;
+    bool embd_scale = false;  // the token embeddings are multiplied by sqrt(n_embd) (Gemma)
+    bool post_norms = false;  // attn_post_norm / ffn_post_norm: RMSNorm of the attention and FFN outputs
+                              // before their residual adds (Gemma 2 and 3)
 };
+
+// Gemma's per-layer keys into hp: attention.sliding_window and its pattern (every `period`-th layer,
+// counting from 1, is global; the others slide), the rope of the local layers (rope.freq_base_swa, else
+// `local_base`; with the file's scaling when `local_scaled`, else unscaled), the attention scale
+// (attention.query_pre_attn_scalar q: 1 / sqrt(q); else llama.cpp's rule) and the soft-caps.
+struct sliding_options {
+    int64_t default_window = 0;  // 0: the key is required for sliding layers to exist
+    int64_t default_period = 2;
+    std::optional<double> local_base;  // nullopt: the file's rope.freq_base
+    bool local_scaled = true;
+    bool attn_softcap = false;   // attn_logit_softcapping read (default 50)
+    double final_softcap = 0.0;  // final_logit_softcapping's default (0: none)
+    int big_layers = 0;          // llama.cpp's 27B rule: this block count scales by n_embd / n_head
+};
+status read_sliding_hparams(metadata_use& use, hparams& hp, const sliding_options& o);
 
 // Loads the weights of a decoder with these blocks and checks that the file holds nothing else.
 result<std::unique_ptr<model>> load_decoder(metadata_use& use, hparams hp, const decoder_options& o);

@@ -1,20 +1,11 @@
 // h2o (Heavy-Hitter Oracle): evicts the evictable token with the lowest accumulated attention, optionally
 // decayed once per query; the `recent` newest tokens and the first `sinks` positions are protected. The
 // paper splits the budget half heavy hitters, half recent window: the default recent is floor(budget / 2).
+#include "policy/builtin_scorers.h"
 #include "policy/registry.h"
-#include "policy/unit_table.h"
 
 namespace h2okv::policy::detail {
 namespace {
-
-class h2o_policy final : public kv_policy {
-public:
-    h2o_policy(const resolved_params& config, const layout& l) : kv_policy(config, l) {}
-    bool needs_attention() const override { return true; }
-
-protected:
-    void choose_victims(unit_table& t, int count) const override { pick_lowest_scores(t, count); }
-};
 
 result<resolved_params> resolve(const params& p, int64_t run_length) {
     resolved_params r;
@@ -35,9 +26,18 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
     return r;
 }
 
+constexpr extra_param_def k_extra[] = {k_proxy_param};
+constexpr const char* k_sweep[] = {"h2o", "h2o:decay=0.98"};
+
 }  // namespace
 
-extern const policy_entry h2o_entry{"h2o", "evicts the lowest accumulated attention (heavy hitters stay)",
-                                    &resolve, &make_policy<h2o_policy>};
+extern const policy_entry h2o_entry{.name = "h2o",
+                                    .summary = "evicts the lowest accumulated attention (heavy hitters stay)",
+                                    .resolve = &resolve,
+                                    .make = &make_policy<accumulated_attention>,
+                                    .defaults = "recent = floor(budget / 2), sinks = 0, decay = 1",
+                                    .source = score_source::attention,
+                                    .sweep = k_sweep,
+                                    .extra = k_extra};
 
 }  // namespace h2okv::policy::detail

@@ -1,22 +1,13 @@
 // streaming (StreamingLLM): keeps the first `sinks` positions (attention sinks) and the most recent tokens;
 // the oldest non-sink leaves first. recent is accepted (sinks + recent <= budget) but the victim does not
 // depend on it: the window is whatever the sinks leave of the budget.
+#include "policy/builtin_scorers.h"
 #include "policy/registry.h"
-#include "policy/unit_table.h"
 
 namespace h2okv::policy::detail {
 namespace {
 
 constexpr int64_t k_default_sinks = 4;
-
-class streaming_policy final : public kv_policy {
-public:
-    streaming_policy(const resolved_params& config, const layout& l) : kv_policy(config, l) {}
-    bool needs_attention() const override { return false; }
-
-protected:
-    void choose_victims(unit_table& t, int count) const override { pick_oldest(t, count); }
-};
 
 result<resolved_params> resolve(const params& p, int64_t run_length) {
     resolved_params r;
@@ -38,10 +29,16 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
     return r;
 }
 
+constexpr const char* k_sweep[] = {"streaming:sinks=4"};
+
 }  // namespace
 
-extern const policy_entry streaming_entry{"streaming",
-                                          "keeps the first sinks tokens and the most recent ones", &resolve,
-                                          &make_policy<streaming_policy>};
+extern const policy_entry streaming_entry{.name = "streaming",
+                                          .summary = "keeps the first sinks tokens and the most recent ones",
+                                          .resolve = &resolve,
+                                          .make = &make_policy<recency>,
+                                          .defaults = "sinks = 4, recent = budget - sinks, no decay",
+                                          .source = score_source::none,
+                                          .sweep = k_sweep};
 
 }  // namespace h2okv::policy::detail

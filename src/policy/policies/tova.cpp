@@ -1,19 +1,10 @@
 // tova (Token Omission Via Attention): evicts the evictable token the latest query attended least. It is h2o
 // with the decay forced to 0, so a score is the last row's increment; a null row keeps the previous scores.
+#include "policy/builtin_scorers.h"
 #include "policy/registry.h"
-#include "policy/unit_table.h"
 
 namespace h2okv::policy::detail {
 namespace {
-
-class tova_policy final : public kv_policy {
-public:
-    tova_policy(const resolved_params& config, const layout& l) : kv_policy(config, l) {}
-    bool needs_attention() const override { return true; }
-
-protected:
-    void choose_victims(unit_table& t, int count) const override { pick_lowest_scores(t, count); }
-};
 
 result<resolved_params> resolve(const params& p, int64_t run_length) {
     resolved_params r;
@@ -31,9 +22,18 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
     return r;
 }
 
+constexpr extra_param_def k_extra[] = {k_proxy_param};
+constexpr const char* k_sweep[] = {"tova"};
+
 }  // namespace
 
-extern const policy_entry tova_entry{"tova", "evicts the token the latest query attended least", &resolve,
-                                     &make_policy<tova_policy>};
+extern const policy_entry tova_entry{.name = "tova",
+                                     .summary = "evicts the token the latest query attended least",
+                                     .resolve = &resolve,
+                                     .make = &make_policy<accumulated_attention>,
+                                     .defaults = "recent = 0, sinks = 0, decay forced to 0",
+                                     .source = score_source::attention,
+                                     .sweep = k_sweep,
+                                     .extra = k_extra};
 
 }  // namespace h2okv::policy::detail

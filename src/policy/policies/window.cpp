@@ -1,19 +1,10 @@
 // window: keeps the `budget` most recent tokens; the oldest leaves first. The window is the budget, so recent
 // is the budget (giving another value is refused) and there are no sinks.
+#include "policy/builtin_scorers.h"
 #include "policy/registry.h"
-#include "policy/unit_table.h"
 
 namespace h2okv::policy::detail {
 namespace {
-
-class window_policy final : public kv_policy {
-public:
-    window_policy(const resolved_params& config, const layout& l) : kv_policy(config, l) {}
-    bool needs_attention() const override { return false; }
-
-protected:
-    void choose_victims(unit_table& t, int count) const override { pick_oldest(t, count); }
-};
 
 result<resolved_params> resolve(const params& p, int64_t run_length) {
     resolved_params r;
@@ -33,9 +24,16 @@ result<resolved_params> resolve(const params& p, int64_t run_length) {
     return r;
 }
 
+constexpr const char* k_sweep[] = {"window"};
+
 }  // namespace
 
-extern const policy_entry window_entry{"window", "keeps the budget most recent tokens", &resolve,
-                                       &make_policy<window_policy>};
+extern const policy_entry window_entry{.name = "window",
+                                       .summary = "keeps the budget most recent tokens",
+                                       .resolve = &resolve,
+                                       .make = &make_policy<recency>,
+                                       .defaults = "recent = budget, sinks = 0, no decay",
+                                       .source = score_source::none,
+                                       .sweep = k_sweep};
 
 }  // namespace h2okv::policy::detail

@@ -64,6 +64,7 @@ TEST_P(TraceVsReference, KeptSetsEqualTheReferenceAtEveryChunk) {
     auto rule = testing::reference_policy::rule_of(cfg.name);
     ASSERT_TRUE(rule.has_value());
     testing::reference_policy ref(*rule, cfg.budget, cfg.recent, cfg.sinks, cfg.decay, pol.n_units());
+    ref.set_policy(cfg.name, cfg.extra, static_cast<int>(pol.heads_of(0).size()));
 
     std::vector<recorded_row> rows;
     sess.cache().set_row_observer(
@@ -107,11 +108,35 @@ TEST_P(TraceVsReference, KeptSetsEqualTheReferenceAtEveryChunk) {
     EXPECT_EQ(sess.cache().policy().total_evictions() > 0, true);
 }
 
+// A policy that scores keys gets no attention rows: the engine hands none to it (nor computes the sums), and
+// it still evicts down to its budget.
+TEST_F(TraceVsReference, KeyScoredPoliciesGetNoAttentionRows) {
+    for (const std::string spec : {"l2norm:budget=16", "l2norm:budget=16,granularity=model"}) {
+        engine::session_params sp;
+        sp.kv = *policy::params::parse(spec);
+        sp.prefill_chunk = 8;
+        auto s = engine::session::create(*model_, sp, 64);
+        ASSERT_TRUE(s.ok()) << s.error().to_string();
+        EXPECT_FALSE((*s)->cache().policy().needs_attention());
+        int rows = 0;
+        (*s)->cache().set_row_observer(
+            [&](int, int64_t, std::span<const int64_t>, std::span<const double>) { ++rows; });
+        std::vector<int32_t> tokens{1};
+        for (int i = 1; i < 64; ++i) tokens.push_back(3 + (i * 37) % 500);
+        std::vector<float> logits;
+        ASSERT_TRUE((*s)->process(tokens, model::logits_mode::last, &logits).ok());
+        EXPECT_EQ(rows, 0) << spec;
+        EXPECT_GT((*s)->cache().policy().total_evictions(), 0) << spec;
+        EXPECT_EQ((*s)->cache().footprint().table_bytes, engine::session::plan(*model_, sp, 64)->table_bytes);
+    }
+}
+
 std::vector<case_config> cases() {
     std::vector<case_config> out;
     for (int chunk : {1, 7, 64}) {
         for (std::string spec : {"h2o:budget=24", "h2o:budget=20,recent=6,sinks=2,decay=0.9",
-                                 "tova:budget=16", "window:budget=24", "streaming:budget=24,sinks=4"}) {
+                                 "tova:budget=16", "window:budget=24", "streaming:budget=24,sinks=4",
+                                 "scissorhands:budget=20,history=16", "keyformer:budget=20,tau=0.3,seed=5"}) {
             for (std::string g : {"head", "layer", "model"})
                 out.push_back({spec + ",granularity=" + g, chunk});
         }

@@ -66,7 +66,7 @@ std::vector<sequence_spec> random_specs(int n, std::mt19937& rng) {
     const char* names[] = {"full", "window", "streaming", "h2o", "tova"};
     const policy::granularity grans[] = {policy::granularity::head, policy::granularity::layer,
                                          policy::granularity::model};
-    const kv_type types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0};
+    const kv_type types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0};
     std::vector<sequence_spec> specs;
     for (int i = 0; i < n; ++i) {
         sequence_spec s;

@@ -18,7 +18,7 @@ std::vector<float> row_values(const kernels::kv_rows& r, int32_t slot, int head_
 }
 
 TEST(SlotStore, RowsLandInTheirSlotInTheirType) {
-    for (kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0}) {
+    for (kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0}) {
         SCOPED_TRACE(kv_type_name(type));
         auto s = slot_store::create(2, 3, 32, 5, type);
         ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -52,6 +52,7 @@ TEST(SlotStore, RefusesWhatItCannotHold) {
     auto s = slot_store::create(1, 1, 8, 4, kv_type::q8_0);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.error().message().find("multiple of 32"), std::string::npos) << s.error().message();
+    EXPECT_FALSE(slot_store::create(1, 1, 48, 4, kv_type::q4_0).ok());
     EXPECT_FALSE(slot_store::create(1, 1, 32, 0, kv_type::f16).ok());
 }
 

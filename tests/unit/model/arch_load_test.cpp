@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@ model::synth_shape shape_of(const std::string& arch) {
     model::synth_shape s{.n_embd = 128, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .n_ff = 256};
     s.arch = arch;
     if (arch == "qwen3") s.head_dim = 64;  // q wider than the residual, as Qwen3's
+    if (arch == "gemma3") s.n_layer = 7;   // layers 0-4 and 6 slide, 5 is global
+    if (arch == "gemma2" || arch == "gemma3") s.sliding_window = 16;
     return s;
 }
 
@@ -64,7 +67,7 @@ std::string refusal(const std::vector<std::byte>& bytes) {
 
 TEST(ArchLoad, EveryRegisteredArchitectureLoads) {
     const auto names = model::architecture_names();
-    for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3"}) {
+    for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}) {
         SCOPED_TRACE(arch);
         EXPECT_NE(std::find(names.begin(), names.end(), arch), names.end());
         const model::synth_shape s = shape_of(arch);
@@ -140,6 +143,61 @@ TEST(ArchLoad, KeysThatLeaveTheMathAloneAreAccepted) {
     const gguf::value finetuned = gguf::value::make_bool(true);
     m = load(with_extra(synth(shape_of("qwen3")), "qwen3.rope.scaling.finetuned", &finetuned), &f);
     EXPECT_TRUE(m.ok()) << m.error().to_string();
+}
+
+// Gemma's layer kinds as llama.cpp defines them: gemma2 slides on even layers with the file's rope (4096
+// positions when the file does not say); gemma3 on five of six with base 10000 unscaled while its global
+// layers take the file's base and scaling, and only when the file names a window; soft-caps and the
+// attention scale from the file or llama.cpp's defaults; what Gemma does not define is refused by name.
+TEST(ArchLoad, GemmaLayerKinds) {
+    std::unique_ptr<gguf::file> f;
+    model::synth_shape g2 = shape_of("gemma2");
+    g2.n_layer = 4;
+    g2.attn_softcap = 7.0f;
+    auto m2 = load(synth(g2), &f);
+    ASSERT_TRUE(m2.ok()) << m2.error().to_string();
+    const model::hparams& h2 = (*m2)->params();
+    EXPECT_EQ(h2.layer_sliding, (std::vector<uint8_t>{1, 0, 1, 0}));
+    EXPECT_EQ(h2.sliding_window, 16);
+    EXPECT_EQ(h2.attn_softcap, 7.0f);
+    EXPECT_EQ(h2.final_softcap, 30.0f) << "llama.cpp's default when the file has none";
+    EXPECT_FLOAT_EQ(h2.attention_scale(), 1.0f / std::sqrt(32.0f)) << "1 / sqrt(head_dim)";
+    EXPECT_EQ(h2.rope(0).inv_freq, h2.rope(1).inv_freq) << "gemma2's local layers rotate as the global";
+    g2.sliding_window = 0;
+    g2.attn_softcap = 0.0f;
+    auto d2 = load(synth(g2), &f);
+    ASSERT_TRUE(d2.ok()) << d2.error().to_string();
+    EXPECT_EQ((*d2)->params().sliding_window, 4096);
+    EXPECT_EQ((*d2)->params().attn_softcap, 50.0f);
+
+    model::synth_shape g3 = shape_of("gemma3");
+    g3.rope_freq_base = 1000000.0f;
+    g3.rope_scale = {.type = model::rope_scaling_type::linear, .factor = 8.0};
+    auto m3 = load(synth(g3), &f);
+    ASSERT_TRUE(m3.ok()) << m3.error().to_string();
+    const model::hparams& h3 = (*m3)->params();
+    EXPECT_EQ(h3.layer_sliding, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1}));
+    EXPECT_EQ(h3.attn_softcap, 0.0f);
+    EXPECT_EQ(h3.final_softcap, 0.0f);
+    const auto local = kernels::rope_spec::plain(h3.rope_dim, 10000.0f, kernels::rope_pairing::neox);
+    EXPECT_EQ(h3.rope(0).inv_freq, local.inv_freq) << "base 10000, unscaled";
+    const auto global =
+        model::make_rope_spec(h3.rope_dim, 1000000.0f, kernels::rope_pairing::neox, {}, g3.rope_scale);
+    EXPECT_EQ(h3.rope(5).inv_freq, global.inv_freq) << "the file's base and linear scaling";
+    g3.sliding_window = 0;
+    auto d3 = load(synth(g3), &f);
+    ASSERT_TRUE(d3.ok()) << d3.error().to_string();
+    EXPECT_EQ((*d3)->params().n_sliding(), 0) << "no window key: every layer global";
+
+    const gguf::value scale = gguf::value::make_float(gguf::value_type::f32, 0.5);
+    std::string msg = refusal(with_extra(synth(shape_of("gemma2")), "gemma2.attention.scale", &scale));
+    EXPECT_NE(msg.find("'gemma2.attention.scale'"), std::string::npos) << msg;
+    msg = refusal(with_extra(synth(shape_of("gemma3")), "gemma3.attn_logit_softcapping", &scale));
+    EXPECT_NE(msg.find("'gemma3.attn_logit_softcapping'"), std::string::npos) << msg;
+    model::synth_shape yarn = shape_of("gemma3");
+    yarn.rope_scale = {.type = model::rope_scaling_type::yarn, .factor = 4.0, .orig_ctx = 4096};
+    msg = refusal(synth(yarn));
+    EXPECT_NE(msg.find("only linear scaling"), std::string::npos) << msg;
 }
 
 TEST(ArchLoad, RopeScalingReachesTheLayerSpecs) {

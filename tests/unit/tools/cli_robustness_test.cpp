@@ -6,6 +6,7 @@
 // tensor. With H2OKV_ROBUSTNESS_TABLE=<path> set, the test also writes a Markdown table of every case and
 // the message generate printed (scripts/robustness_table.sh makes docs/ROBUSTNESS.md's table from it).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@
 
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/synth.h"
+#include "h2okv/policy/policy.h"
 #include "unit/gguf/gguf_test_util.h"
 
 extern char** environ;
@@ -465,6 +467,27 @@ std::vector<flag_case> flag_cases() {
         {"bad_granularity",
          {"--kv-granularity", "bogus"},
          {"--kv-granularity", "unknown granularity 'bogus'; valid: head, layer, model"}},
+        {"keyformer_negative_tau",
+         {"--kv-policy", "keyformer", "--kv-budget", "8", "--kv-param", "tau=-1"},
+         {"keyformer: tau -1 must be a finite number >= 0"}},
+        {"scissorhands_history_too_long",
+         {"--kv-policy", "scissorhands", "--kv-budget", "8", "--kv-param", "history=65"},
+         {"scissorhands: history 65 must be an integer in [1, 64]"}},
+        {"snapkv_even_kernel",
+         {"--kv-policy", "snapkv", "--kv-budget", "16", "--kv-param", "kernel=4"},
+         {"snapkv: kernel 4 must be an odd integer"}},
+        {"param_of_another_policy",
+         {"--kv-policy", "l2norm", "--kv-budget", "8", "--kv-param", "tau=1"},
+         {"--kv-param", "unknown parameter 'tau'"}},
+        {"param_not_name_value",
+         {"--kv-policy", "keyformer", "--kv-budget", "8", "--kv-param", "tau"},
+         {"--kv-param", "expected name=value, got 'tau'"}},
+        {"param_shared_flag",
+         {"--kv-policy", "h2o", "--kv-budget", "8", "--kv-param", "recent=2"},
+         {"--kv-param takes the policy's own parameters"}},
+        {"proxy_not_a_flag",
+         {"--kv-policy", "h2o", "--kv-budget", "8", "--kv-param", "proxy=3"},
+         {"h2o: proxy 3 must be 0"}},
         {"negative_n_predict", {"-n", "-1"}, {"-n -1 must be >= 0"}},
         {"top_p_zero", {"--top-p", "0"}, {"top-p 0 must be in (0, 1]"}},
         {"negative_temperature", {"--temp", "-1"}, {"temperature -1 must be a finite value >= 0"}},
@@ -510,6 +533,21 @@ TEST_P(bad_flag, is_refused_with_a_message) {
 INSTANTIATE_TEST_SUITE_P(cli, bad_flag, ::testing::ValuesIn(flag_cases()),
                          [](const ::testing::TestParamInfo<flag_case>& i) { return i.param.name; });
 
+// Every registered policy runs from the CLI with a budget that evicts, and its own parameters go through
+// --kv-param.
+TEST(cli_input, every_policy_runs_with_its_own_parameters) {
+    for (const auto& f : policy::policy_catalog()) {
+        std::vector<std::string> args = {
+            "generate",    "-p", "Once upon a time",   "-n", "24", "--kv-policy", f.name,
+            "--kv-budget", "16", "--kv-prefill-chunk", "4"};
+        for (const auto& x : f.extra)
+            args.insert(args.end(), {"--kv-param", fmt::format("{}={}", x.name, x.default_value)});
+        const run_result r = run_cli(args);
+        ASSERT_TRUE(r.exited) << f.name;
+        EXPECT_EQ(r.exit_code, 0) << f.name << ": " << r.err;
+    }
+}
+
 TEST(cli_input, invalid_utf8_in_the_prompt_goes_through_byte_fallback) {
     const std::string prompt = "Once \xff\xfe upon \xc3 a \xe2\x82 time\x80";
     const run_result r = run_cli({"generate", "-p", prompt, "-n", "8"});
@@ -526,6 +564,27 @@ TEST(cli_input, an_empty_prompt_generates_after_bos) {
     const run_result r = run_cli({"generate", "-p", "", "-n", "4"});
     ASSERT_TRUE(r.exited) << r.err;
     EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(cli_input, a_prompt_file_generates_what_the_same_prompt_does) {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("h2okv_prompt_" + std::to_string(::getpid()) + ".txt"))
+            .string();
+    std::ofstream(path) << "Once upon a time";
+    const run_result from_file = run_cli({"generate", "-f", path, "-n", "12"});
+    const run_result from_flag = run_cli({"generate", "-p", "Once upon a time", "-n", "12"});
+    std::filesystem::remove(path);
+    ASSERT_TRUE(from_file.exited && from_flag.exited) << from_file.err << from_flag.err;
+    EXPECT_EQ(from_file.exit_code, 0) << from_file.err;
+    EXPECT_EQ(from_file.out, from_flag.out);
+    const run_result none = run_cli({"generate", "-n", "4"});
+    ASSERT_TRUE(none.exited);
+    EXPECT_NE(none.exit_code, 0);
+    EXPECT_TRUE(has_substring(none.err, "generate needs a prompt: -p TEXT or -f FILE")) << none.err;
+    const run_result both = run_cli({"generate", "-p", "x", "-f", "y", "-n", "4"});
+    ASSERT_TRUE(both.exited);
+    EXPECT_NE(both.exit_code, 0);
+    EXPECT_TRUE(has_substring(both.err, "excludes")) << both.err;
 }
 
 TEST(cli_input, unknown_flags_and_subcommands_are_refused_by_the_parser) {

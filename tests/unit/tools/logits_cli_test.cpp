@@ -187,7 +187,7 @@ TEST_F(LogitsCli, TextIsBosPlusItsTokensAndGivesThePerplexityEvaluatorsNll) {
     // -p with the same text writes the same file; -n keeps the first N positions.
     ASSERT_EQ(logits("-p \"" + text + "\" -o " + path("p.npy")).exit_code, 0);
     EXPECT_EQ(read_file(path("p.npy")), read_file(path("f.npy")));
-    ASSERT_EQ(logits("-f " + path("story.txt") + " -n 5 -o " + path("n5.npy")).exit_code, 0);
+    ASSERT_EQ(logits("-f " + path("story.txt") + " --max-tokens 5 -o " + path("n5.npy")).exit_code, 0);
     const npy_array n5 = read_npy(path("n5.npy"));
     ASSERT_EQ(n5.rows, 5);
     EXPECT_EQ(max_abs_diff(n5.data, session_logits(std::vector<int32_t>(tokens.begin(), tokens.begin() + 5),
@@ -213,7 +213,8 @@ TEST_F(LogitsCli, BadInputExitsOneWithAMessageAndNoOutput) {
         {"--tokens-file " + path("absent.txt"), "cannot open"},
         {"", "give exactly one of --tokens-file, -p/--prompt and -f/--file (got 0)"},
         {"-p hello --tokens-file " + write("ok.txt", "1 2 3"), "(got 2)"},
-        {"--tokens-file " + path("ok.txt") + " -n 4", "-n 4 but the input has only 3 tokens"},
+        {"--tokens-file " + path("ok.txt") + " --max-tokens 4",
+         "--max-tokens 4 but the input has only 3 tokens"},
         {"--tokens-file " + path("ok.txt") + " --kv-policy nope", "nope"},
     };
     for (const auto& c : cases) {
