@@ -38,8 +38,8 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 75 minutes on 2 cores:
-# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 15, speed a few).
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 90 minutes on 2 cores:
+# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, speed a few).
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
@@ -64,7 +64,7 @@ rolling: release
 	bash scripts/run_rolling.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
-# Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh; about 15 minutes).
+# Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh; about 30 minutes).
 ruler: release
 	bash scripts/run_ruler.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
