@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps cli demo kvquant test test-debug release results speed throughput rolling cli-doc format clean
+.PHONY: all deps cli demo kvquant test test-debug release results speed throughput rolling ruler cli-doc format clean
 
 all: release
 
@@ -38,14 +38,16 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about an hour on 2 cores:
-# run_results.sh about 15 minutes, rolling about 25, throughput about 15, speed a few).
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 90 minutes on 2 cores:
+# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, kvquant and speed a
+# few each).
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
 	bash scripts/run_kvquant.sh results
 	bash scripts/run_speed.sh results
 	bash scripts/run_throughput.sh results
+	bash scripts/run_ruler.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Re-measures only the speed section (the other sections' files must be in results/ from `make results`).
@@ -67,6 +69,11 @@ rolling: release
 # Re-measures only the "Eviction x KV quantization" section (a few minutes).
 kvquant: release
 	bash scripts/run_kvquant.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh; about 30 minutes).
+ruler: release
+	bash scripts/run_ruler.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.

@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_eval import POLICY_ORDER, label, load, plot_accuracy, plot_kept_map, plot_perplexity  # noqa: E402
 from gen_rolling import rolling_section  # noqa: E402
 from gen_kvquant import kvquant_section  # noqa: E402
+from plot_ruler import budget_of, plot_budget, plot_depth  # noqa: E402
 
 
 def ppl_section(name, rows, img_dir, lines):
@@ -145,6 +146,90 @@ def passkey_section(name, rows, lines):
                      f"\"{example.strip()}\"): the harness runs end to end, the model is too small for the task.\n")
     else:
         lines.append(f"With the full cache the model retrieves {full_correct} keys in all.\n")
+
+
+def ruler_section(name, rows, img_dir, lines):
+    """The RULER-style suite of one model: mean string-match score per (policy, budget) x task, both protocols;
+    plots of score vs budget and of score vs needle depth."""
+    model = os.path.basename(rows[0]["model"])
+    tasks = ordered(r["task"] for r in rows)
+    lengths = ordered(r["length"] for r in rows)
+    trials = max(r["trial"] for r in rows) + 1
+    lines.append(f"### {model} ({', '.join(str(n) for n in lengths)} tokens, {trials} trials per task, length "
+                 "and depth)\n")
+    keys = ordered((label(r), budget_of(r)) for r in rows)
+    keys.sort(key=lambda k: (k[0] != "full", k[1], POLICY_ORDER.index(k[0]) if k[0] in POLICY_ORDER else 99))
+    cells = {}
+    for r in rows:
+        cells.setdefault((label(r), budget_of(r), r["task"], r["protocol"]), []).append(r["score"])
+        cells.setdefault((label(r), budget_of(r), "mean", r["protocol"]), []).append(r["score"])
+
+    def cell(p, b, t):
+        vals = [cells.get((p, b, t, proto)) for proto in ("agnostic", "aware")]
+        return " / ".join("–" if v is None else f"{sum(v) / len(v):.2f}" for v in vals)
+
+    lines.append("| policy | budget | mean | " + " | ".join(tasks) + " |")
+    lines.append("|---|---|---|" + "---|" * len(tasks))
+    for p, b in keys:
+        lines.append(f"| {p} | {'100 %' if p == 'full' else f'{b:g}'} | {cell(p, b, 'mean')} | " +
+                     " | ".join(cell(p, b, t) for t in tasks) + " |")
+    lines.append("")
+    lines.append("Each cell: query-agnostic / query-aware mean score (RULER's string_match_all: the share of "
+                 "expected answers in the greedy output), over lengths, depths and trials.\n")
+
+    def score(p, b, proto):
+        v = cells.get((p, b, "mean", proto))
+        return None if v is None else sum(v) / len(v)
+
+    full = [score("full", 1.0, proto) for proto in ("agnostic", "aware")]
+    if all(f is not None for f in full):
+        text = f"With the full cache the model scores {full[0]:.2f} / {full[1]:.2f}."
+        if max(full) < 0.05:
+            text += (" It cannot do these tasks even with every token kept, so the scores cannot tell the "
+                     "policies apart; the answer NLL below is the graded signal.")
+        lines.append(text + "\n")
+    reading = []
+    for b in sorted({b for _, b in keys if b < 1.0}):
+        for proto in ("agnostic", "aware"):
+            ranked = sorted(((score(p, bb, proto), p) for p, bb in keys if bb == b and score(p, bb, proto) is not None),
+                            reverse=True)
+            if ranked and ranked[0][0] > ranked[-1][0]:
+                reading.append(f"at {b:g} {proto}: best {ranked[0][1]} {ranked[0][0]:.2f}, worst {ranked[-1][1]} "
+                               f"{ranked[-1][0]:.2f}")
+    if reading:
+        lines.append("Scores (computed from the file): " + "; ".join(reading) + ".\n")
+    if all("answer_nll" in r for r in rows):
+        nll = {}
+        for r in rows:
+            nll.setdefault((label(r), budget_of(r), r["protocol"]), []).append(r["answer_nll"])
+        lines.append("Teacher-forced negative log-likelihood of the expected answers (nats per token, lower is "
+                     "better; agnostic / aware, over tasks, lengths, depths and trials):\n")
+        lines.append("| policy | budget | answer NLL | vs full |")
+        lines.append("|---|---|---|---|")
+        base = [nll.get(("full", 1.0, proto)) for proto in ("agnostic", "aware")]
+        for p, b in keys:
+            vals = [nll.get((p, b, proto)) for proto in ("agnostic", "aware")]
+            cells = " / ".join("–" if v is None else f"{sum(v) / len(v):.3f}" for v in vals)
+            delta = " / ".join("–" if v is None or f is None else f"{sum(v) / len(v) - sum(f) / len(f):+.3f}"
+                               for v, f in zip(vals, base))
+            lines.append(f"| {p} | {'100 %' if p == 'full' else f'{b:g}'} | {cells} | {delta} |")
+        lines.append("")
+        evicted = [sum(v) / len(v) for (p, b, _), v in nll.items() if p != "full"]
+        full_nll = [sum(f) / len(f) for f in base if f is not None]
+        if evicted and full_nll and min(evicted) <= min(full_nll):
+            lines.append("Some evicting policies give the answers a likelihood at least as high as the full cache "
+                         "does: the model does not draw on the needles (the answer's likelihood comes from the "
+                         "question and local context), so these rows say nothing about retrieval either.\n")
+        png = f"ruler_nll_{name}.png"
+        plot_budget(rows, os.path.join(img_dir, png), f"{model}: answer NLL vs KV budget", "answer_nll")
+        lines.append(f"![answer NLL vs budget](img/{png})\n")
+    png = f"ruler_budget_{name}.png"
+    plot_budget(rows, os.path.join(img_dir, png), f"{model}: RULER-style score vs KV budget")
+    lines.append(f"![score vs budget](img/{png})\n")
+    if any(r.get("depth") is not None for r in rows):
+        png = f"ruler_depth_{name}.png"
+        plot_depth(rows, os.path.join(img_dir, png), f"{model}: score by needle depth (needle tasks)")
+        lines.append(f"![score by depth](img/{png})\n")
 
 
 def median(values):
@@ -473,6 +558,13 @@ def main():
                        "policy keeps, averaged over steps, layers and heads.", ""],
          lambda name, rows: agreement_section(name, rows, lines)),
         ("passkey", ["## Passkey retrieval", ""], lambda name, rows: passkey_section(name, rows, lines)),
+        ("ruler", ["## Long-context retrieval (RULER-style)", "",
+                   "`h2okv ruler` (scripts/run_ruler.sh): RULER's synthetic tasks generated from Moby Dick with "
+                   "fixed seeds; every policy and protocol sees the same prompts. Query-agnostic: the context is "
+                   "prefilled and compressed before the question arrives (a chunk of its own); query-aware: the "
+                   "question is in the context's last chunk, so the last eviction is scored with its attention "
+                   "(include/h2okv/eval/ruler.h defines both).", ""],
+         lambda name, rows: ruler_section(name, rows, img_dir, lines)),
         ("speed", ["## Speed", "",
                    "`h2okv bench` on synthetic SmolLM-135M-shaped GGUFs (random weights, the real shapes; "
                    "scripts/run_speed.sh writes them with `h2okv gguf synth`). On Q4_K, SmolLM's 576-wide rows are "

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "h2okv/engine/generate.h"
+#include "h2okv/eval/prompt_pieces.h"
 
 namespace h2okv::eval {
 namespace {
@@ -15,13 +16,6 @@ bool all_digits(std::string_view s) {
         if (c < '0' || c > '9') return false;
     }
     return true;
-}
-
-// A piece tokenized on its own, preceded by a space where the tokenizer adds none, so that it starts a word
-// whatever comes before it.
-result<std::vector<int32_t>> encode_piece(const tokenizer::tokenizer& tok, std::string_view text) {
-    std::string s = tok.add_space_prefix() ? std::string(text) : " " + std::string(text);
-    return tok.encode(s, /*add_special=*/false, /*parse_special=*/false);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ void add_info_command(CLI::App&, int*);
 void add_logits_command(CLI::App&, int*);
 void add_passkey_command(CLI::App&, int*);
 void add_perplexity_command(CLI::App&, int*);
+void add_ruler_command(CLI::App&, int*);
 void add_serve_command(CLI::App&, int*);
 void add_tasks_command(CLI::App&, int*);
 void add_tokenize_command(CLI::App&, int*);
@@ -25,6 +26,7 @@ void add_commands(CLI::App& app, int* exit_code) {
     add_logits_command(app, exit_code);
     add_passkey_command(app, exit_code);
     add_perplexity_command(app, exit_code);
+    add_ruler_command(app, exit_code);
     add_serve_command(app, exit_code);
     add_tasks_command(app, exit_code);
     add_tokenize_command(app, exit_code);
