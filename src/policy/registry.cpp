@@ -165,7 +165,8 @@ result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout
     }
     H2OKV_RETURN_IF_ERROR(l.validate());
     params given = p;
-    for (const auto& [key, value] : given.extra) {
+    for (const auto& entry_value : given.extra) {
+        const std::string& key = entry_value.first;  // a named variable: clang cannot capture a binding
         const bool known = std::any_of(entry->extra.begin(), entry->extra.end(),
                                        [&](const extra_param_def& x) { return key == x.name; });
         if (!known) return invalid_argument("{}: unknown parameter '{}'", entry->name, key);
