@@ -90,6 +90,21 @@ status check_protected_fit(std::string_view policy, int64_t sinks, int64_t recen
     return invalid_argument("{}: sinks {} + recent {} must be <= budget {}", policy, sinks, recent, budget);
 }
 
+result<resolved_params> resolve_half_recent(std::string_view policy, const params& p, int64_t run_length) {
+    resolved_params r;
+    H2OKV_ASSIGN_OR_RETURN(r.budget, required_budget(policy, p, run_length));
+    r.recent = p.recent.value_or(r.budget / 2);
+    r.sinks = p.sinks.value_or(0);
+    H2OKV_RETURN_IF_ERROR(check_non_negative(policy, "recent", r.recent));
+    H2OKV_RETURN_IF_ERROR(check_non_negative(policy, "sinks", r.sinks));
+    if (status fit = check_protected_fit(policy, r.sinks, r.recent, r.budget, true); !fit.ok()) {
+        if (p.recent) return fit;
+        return invalid_argument("{}; recent defaults to floor(budget / 2), give a smaller one",
+                                fit.message());
+    }
+    return r;
+}
+
 status check_not_given(std::string_view policy, std::string_view what, bool given, std::string_view why) {
     if (given) return invalid_argument("{}: {} does not apply ({}); leave it out", policy, what, why);
     return ok_status();

@@ -86,6 +86,9 @@ status check_non_negative(std::string_view policy, std::string_view what, int64_
 // Refuses sinks + recent > budget (or >= budget when `strict`), naming the three values.
 status check_protected_fit(std::string_view policy, int64_t sinks, int64_t recent, int64_t budget,
                            bool strict);
+// The budget (required), recent (default floor(budget / 2), the paper's split) and sinks (default 0) of a
+// heavy-hitter policy, validated: both >= 0 and sinks + recent < budget. decay is left for the caller.
+result<resolved_params> resolve_half_recent(std::string_view policy, const params& p, int64_t run_length);
 // Refuses a parameter the policy has no use for (`why` says why), when it was given.
 status check_not_given(std::string_view policy, std::string_view what, bool given, std::string_view why);
 // The value of extra parameter `name` (resolve fills every declared one; 0 when absent).

@@ -44,18 +44,8 @@ private:
 };
 
 result<resolved_params> resolve(const params& p, int64_t run_length) {
-    resolved_params r;
-    H2OKV_ASSIGN_OR_RETURN(r.budget, required_budget("keyformer", p, run_length));
-    r.recent = p.recent.value_or(r.budget / 2);
-    r.sinks = p.sinks.value_or(0);
+    H2OKV_ASSIGN_OR_RETURN(resolved_params r, resolve_half_recent("keyformer", p, run_length));
     r.decay = p.decay.value_or(1.0);
-    H2OKV_RETURN_IF_ERROR(check_non_negative("keyformer", "recent", r.recent));
-    H2OKV_RETURN_IF_ERROR(check_non_negative("keyformer", "sinks", r.sinks));
-    if (status fit = check_protected_fit("keyformer", r.sinks, r.recent, r.budget, true); !fit.ok()) {
-        if (p.recent) return fit;
-        return invalid_argument("{}; recent defaults to floor(budget / 2), give a smaller one",
-                                fit.message());
-    }
     if (!(r.decay > 0.0 && r.decay <= 1.0)) {
         return invalid_argument("keyformer: decay {} must be in (0, 1] (1 = no decay)", r.decay);
     }

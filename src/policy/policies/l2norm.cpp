@@ -27,17 +27,7 @@ protected:
 };
 
 result<resolved_params> resolve(const params& p, int64_t run_length) {
-    resolved_params r;
-    H2OKV_ASSIGN_OR_RETURN(r.budget, required_budget("l2norm", p, run_length));
-    r.recent = p.recent.value_or(r.budget / 2);
-    r.sinks = p.sinks.value_or(0);
-    H2OKV_RETURN_IF_ERROR(check_non_negative("l2norm", "recent", r.recent));
-    H2OKV_RETURN_IF_ERROR(check_non_negative("l2norm", "sinks", r.sinks));
-    if (status fit = check_protected_fit("l2norm", r.sinks, r.recent, r.budget, true); !fit.ok()) {
-        if (p.recent) return fit;
-        return invalid_argument("{}; recent defaults to floor(budget / 2), give a smaller one",
-                                fit.message());
-    }
+    H2OKV_ASSIGN_OR_RETURN(resolved_params r, resolve_half_recent("l2norm", p, run_length));
     H2OKV_RETURN_IF_ERROR(check_not_given("l2norm", "decay", p.decay.has_value(),
                                           "l2norm scores keys once, it never reads attention"));
     return r;
