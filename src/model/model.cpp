@@ -60,6 +60,12 @@ status hparams::validate() const {
             return invalid_file("{}: {} is {}, expected a finite value >= 0 (0: none)", arch, name, v);
         }
     }
+    if (!std::isfinite(attn_temp_scale) || (attn_temp_scale != 0.0f && attn_temp_floor < 1)) {
+        return invalid_file(
+            "{}: attention temperature scale {} over {} positions: expected a finite scale, "
+            "and >= 1 positions when it is not 0",
+            arch, attn_temp_scale, attn_temp_floor);
+    }
     return ok_status();
 }
 
@@ -67,6 +73,13 @@ int hparams::n_sliding() const {
     int n = 0;
     for (uint8_t s : layer_sliding) n += s != 0 ? 1 : 0;
     return n;
+}
+
+float hparams::query_temperature(int64_t rope_position) const {
+    if (attn_temp_scale == 0.0f) return 1.0f;
+    // In llama.cpp's types (llm_graph_input_attn_temp): a float quotient, the logarithm in double.
+    const float q = std::floor(static_cast<float>(rope_position) / static_cast<float>(attn_temp_floor));
+    return static_cast<float>(std::log(static_cast<double>(q) + 1.0) * attn_temp_scale + 1.0);
 }
 
 float hparams::attention_scale() const {
@@ -84,7 +97,10 @@ std::string hparams::to_string() const {
                                           n_layer, sliding_window)
                             : "") +
            (attn_softcap > 0.0f ? fmt::format(", attention soft-cap {}", attn_softcap) : "") +
-           (final_softcap > 0.0f ? fmt::format(", final soft-cap {}", final_softcap) : "");
+           (final_softcap > 0.0f ? fmt::format(", final soft-cap {}", final_softcap) : "") +
+           (attn_temp_scale != 0.0f
+                ? fmt::format(", query temperature {} per {} positions", attn_temp_scale, attn_temp_floor)
+                : "");
 }
 
 std::vector<std::string> architecture_names() {

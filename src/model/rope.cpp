@@ -31,6 +31,12 @@ status rope_scaling::validate() const {
             return invalid_file("yarn betas fast {} and slow {}: expected fast > slow > 0", beta_fast,
                                 beta_slow);
         }
+        if (!std::isfinite(log_mul) || 1.0 + 0.1 * log_mul * std::log(std::max(factor, 1.0)) <= 0.0) {
+            return invalid_file(
+                "rope.scaling.yarn_log_multiplier is {}, expected a finite value with 1 + 0.1 * it * "
+                "ln(factor) > 0",
+                log_mul);
+        }
     }
     return ok_status();
 }
@@ -40,7 +46,8 @@ std::string rope_scaling::to_string() const {
         case rope_scaling_type::none: return "none";
         case rope_scaling_type::linear: return fmt::format("linear x{}", factor);
         case rope_scaling_type::yarn:
-            return fmt::format("yarn x{} of {} (beta {}/{})", factor, orig_ctx, beta_fast, beta_slow);
+            return fmt::format("yarn x{} of {} (beta {}/{}{})", factor, orig_ctx, beta_fast, beta_slow,
+                               log_mul != 0.0 ? fmt::format(", log multiplier {}", log_mul) : "");
     }
     return "?";
 }
@@ -81,7 +88,11 @@ kernels::rope_spec make_rope_spec(int rope_dim, float freq_base, kernels::rope_p
                 const double mix = ramp * scaling.ext_factor;
                 s.inv_freq[i] *= freq_scale * (1.0 - mix) + mix;
             }
-            if (scaling.factor > 1.0) s.magnitude = 1.0 + 0.1 * std::log(scaling.factor);
+            if (scaling.factor > 1.0) {
+                const double ln = std::log(scaling.factor);
+                s.magnitude =
+                    (1.0 + 0.1 * ln) / (scaling.log_mul != 0.0 ? 1.0 + 0.1 * scaling.log_mul * ln : 1.0);
+            }
             break;
         }
     }

@@ -84,9 +84,19 @@ status synth_shape::validate() const {
         return invalid_argument("synthetic shape: head_dim {} must be 0 (n_embd / n_head) or even", head_dim);
     }
     if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "gemma2" &&
-        arch != "gemma3") {
+        arch != "gemma3" && arch != "mistral3") {
         return invalid_argument(
-            "synthetic shape: arch '{}', expected llama, qwen2, qwen3, phi3, gemma2 or gemma3", arch);
+            "synthetic shape: arch '{}', expected llama, qwen2, qwen3, phi3, gemma2, gemma3 or mistral3",
+            arch);
+    }
+    if (arch != "mistral3" && (attn_temp_scale != 0.0f || rope_scale.log_mul != 0.0 ||
+                               rope_scale.beta_fast != rope_scaling{}.beta_fast ||
+                               rope_scale.beta_slow != rope_scaling{}.beta_slow)) {
+        return invalid_argument(
+            "synthetic shape: the query temperature and the yarn betas / log multiplier are mistral3 keys, "
+            "not "
+            "{}'s",
+            arch);
     }
     const bool gemma = arch == "gemma2" || arch == "gemma3";
     if (!gemma && (sliding_window != 0 || attn_softcap != 0.0f || final_softcap != 0.0f)) {
@@ -140,7 +150,13 @@ result<std::vector<std::byte>> synthesize_model(const synth_shape& s, gguf::tens
             w.set_u32(a + "rope.scaling.original_context_length",
                       static_cast<uint32_t>(s.rope_scale.orig_ctx));
         }
+        if (s.arch == "mistral3" && s.rope_scale.type == rope_scaling_type::yarn) {
+            w.set_f32(a + "rope.scaling.yarn_beta_fast", static_cast<float>(s.rope_scale.beta_fast));
+            w.set_f32(a + "rope.scaling.yarn_beta_slow", static_cast<float>(s.rope_scale.beta_slow));
+            w.set_f32(a + "rope.scaling.yarn_log_multiplier", static_cast<float>(s.rope_scale.log_mul));
+        }
     }
+    if (s.attn_temp_scale != 0.0f) w.set_f32(a + "attention.temperature_scale", s.attn_temp_scale);
     w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
     if (s.sliding_window > 0)
         w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));

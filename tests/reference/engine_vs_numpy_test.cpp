@@ -297,7 +297,7 @@ TEST(EngineVsNumpy, SyntheticModels) {
 // Each architecture's own parts against the reference's independent implementation of them, full and
 // evicting: Llama 3.1's rope_freqs factors, linear and yarn rope scaling (with its magnitude), qwen2's q/k/v
 // biases and NeoX pairing, qwen3's per-head q/k RMSNorm with a head_dim wider than n_embd / n_head, phi3's
-// fused qkv and gate/up.
+// fused qkv and gate/up, mistral3's yarn keys and query temperature (also under rolling positions).
 TEST(EngineVsNumpy, Architectures) {
     using model::rope_scaling_type;
     auto shape = [](std::string arch) {
@@ -316,6 +316,15 @@ TEST(EngineVsNumpy, Architectures) {
     cases.emplace_back("qwen3_qk_norm", shape("qwen3"));
     cases.back().second.head_dim = 64;
     cases.emplace_back("phi3_fused", shape("phi3"));
+    // The file's yarn betas and log multiplier, and the query temperature stepping every 8 positions.
+    cases.emplace_back("mistral3_temperature", shape("mistral3"));
+    cases.back().second.rope_scale = {.type = rope_scaling_type::yarn,
+                                      .factor = 16.0,
+                                      .orig_ctx = 8,
+                                      .beta_fast = 16.0,
+                                      .beta_slow = 2.0,
+                                      .log_mul = 0.5};
+    cases.back().second.attn_temp_scale = 0.1f;
     const fs::path dir = fs::temp_directory_path() / fmt::format("h2okv_arch_{}", ::getpid());
     fs::create_directories(dir);
     for (const auto& [name, s] : cases) {
@@ -326,6 +335,8 @@ TEST(EngineVsNumpy, Architectures) {
             .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
         const auto tokens = random_tokens(24, s.n_vocab, 6);
         for (const auto& r : {kRuns[1], kRuns[2], kRuns[3]}) compare(path, tokens, r);
+        // Under rolling positions the temperature follows the queries' rolling positions.
+        if (s.attn_temp_scale != 0.0f) compare(path, tokens, kRollingRuns[3]);
     }
     fs::remove_all(dir);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """An independent numpy reference of h2okv: a float64 decoder forward pass (llama, qwen2, qwen3, phi3, gemma2,
-gemma3: biases, q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope scaling,
-GeGLU, post norms, embedding scaling, soft-caps, sliding-window layers with their own rope; see ARCH_PARTS)
-plus the KV eviction contract.
+gemma3, mistral3: biases, q/k norms, fused matrices, NeoX pairing, rope_freqs factors, linear and yarn rope
+scaling, GeGLU, post norms, embedding scaling, soft-caps, sliding-window layers with their own rope, the query
+temperature; see ARCH_PARTS) plus the KV eviction contract.
 
 Sliding-window layers (Gemma's local layers, as llama.cpp defines them): layer l slides unless l % period ==
 period - 1 (attention.sliding_window_pattern: gemma2 2, gemma3 6); a query at t attends the positions p <= t
@@ -311,6 +311,10 @@ class Llama:
                         for i in range(self.n_layer)]
         self.attn_softcap = float(md.get(a + "attn_logit_softcapping", 50.0)) if arch == "gemma2" else 0.0
         self.final_softcap = float(md.get(a + "final_logit_softcapping", 30.0 if arch == "gemma2" else 0.0))
+        # Llama 4's query temperature (mistral3's attention.temperature_scale): a query at RoPE position p is
+        # scaled by 1 + T ln(floor(p / n_orig) + 1), n_orig the yarn original context (else context_length).
+        self.temp_scale = float(md.get(a + "attention.temperature_scale", 0.0)) if arch == "mistral3" else 0.0
+        self.temp_floor = int(md.get(a + "rope.scaling.original_context_length", md.get(a + "context_length", 2048)))
         big = {"gemma2": 46, "gemma3": 62}.get(arch)  # llama.cpp: the 27B models scale by n_embd / n_head
         self.scale = 1.0 / math.sqrt(self.n_embd // self.n_head if self.n_layer == big else self.head_dim)
         t = gguf.tensor
@@ -337,6 +341,11 @@ class Llama:
             base_swa = float(md.get(a + "rope.freq_base_swa", self.freq_base if arch == "gemma2" else 10000.0))
             _, f, mag = arch_rope(gguf, arch, self.rope_dim, base_swa, scaled=arch == "gemma2")
             self.layer_rope = [(f, mag) if sl else r for sl, r in zip(self.sliding, self.layer_rope)]
+
+    def temperature(self, positions):
+        """[C][1][1] multipliers of the queries at these RoPE positions (ones without a temperature)."""
+        t = 1.0 + self.temp_scale * np.log(np.floor(positions / self.temp_floor) + 1.0)
+        return t[:, None, None]
 
     def linear(self, x, layer, name):
         """x @ W.T (+ the bias, where the file has one) for layer `layer`'s matrix `name`, rounding x first
@@ -385,6 +394,7 @@ ARCH_PARTS = {
     "phi3": dict(neox=True, qk_norm=False, fused=True, rope_freqs=False, gemma=False),
     "gemma2": dict(neox=True, qk_norm=False, fused=False, rope_freqs=False, gemma=True),
     "gemma3": dict(neox=True, qk_norm=True, fused=False, rope_freqs=False, gemma=True),
+    "mistral3": dict(neox=False, qk_norm=False, fused=False, rope_freqs=True, gemma=False),
 }
 
 
@@ -464,16 +474,25 @@ def arch_rope(gguf, arch, rope_dim, base, scaled=True):
     if kind == "linear":
         freq = freq / factor
     elif kind == "yarn":
-        n_orig = int(md.get(a + "rope.scaling.original_context_length", md.get(a + "context_length")))
+        n_orig = int(md.get(a + "rope.scaling.original_context_length", md.get(a + "context_length", 2048)))
 
         def corr_dim(turns):  # the pair whose wavelength fits `turns` rotations into the original context
             return rope_dim * math.log(n_orig / (turns * 2 * math.pi)) / (2 * math.log(base))
-        low = max(0.0, math.floor(corr_dim(32.0)))
-        high = min(rope_dim - 1.0, math.ceil(corr_dim(1.0)))
+        # mistral3 files carry their own betas and log multiplier (llama.cpp reads them for it alone).
+        own = arch == "mistral3"
+        beta_fast = float(md.get(a + "rope.scaling.yarn_beta_fast", 32.0)) if own else 32.0
+        beta_slow = float(md.get(a + "rope.scaling.yarn_beta_slow", 1.0)) if own else 1.0
+        log_mul = float(md.get(a + "rope.scaling.yarn_log_multiplier", 0.0)) if own else 0.0
+        low = max(0.0, math.floor(corr_dim(beta_fast)))
+        high = min(rope_dim - 1.0, math.ceil(corr_dim(beta_slow)))
         ramp = 1.0 - np.clip((np.arange(rope_dim // 2) - low) / max(0.001, high - low), 0.0, 1.0)
         freq = freq * ((1.0 - ramp) / factor + ramp)
         if factor > 1.0:
-            magnitude *= 1.0 + 0.1 * math.log(factor)
+            # HF's yarn attention factor get_mscale(factor, 1) / get_mscale(factor, mscale_all_dim)
+            # (mscale_all_dim = the log multiplier), times llama.cpp's 1 + 0.1 ln(factor) / its cancellation
+            # of the same: (1 + 0.1 ln f) / (1 + 0.1 L ln f), and 1 + 0.1 ln f without a multiplier.
+            magnitude *= (1.0 + 0.1 * math.log(factor)) / (1.0 + 0.1 * log_mul * math.log(factor)
+                                                            if log_mul else 1.0)
     elif kind != "none":
         raise GgufError(f"{a}rope.scaling.type {kind!r} is not supported (none, linear, yarn)")
     return ARCH_PARTS[arch]["neox"], freq, magnitude
@@ -716,7 +735,7 @@ class Run:
                 p = self._attend_rolling(li, q_raw, k_raw, v, allowed, c0, c1, scale)
                 V = self.v[li, :c1]
             else:
-                q = m.rope(q_raw, pos, layer=li)
+                q = m.rope(q_raw, pos, layer=li) * m.temperature(pos)
                 k = m.rope(k_raw, pos, layer=li)
                 self.k[li, c0:c1] = round_kv(k, self.kv_type)
                 self.v[li, c0:c1] = round_kv(v, self.kv_type)
@@ -783,7 +802,7 @@ class Run:
             if base:
                 turn = np.arange(base) - self.admitted[u, kept]
                 K[kept] = m.rope(self.k[li, kept, kh][:, None], turn, magnitude=False)[:, 0]
-            q = m.rope(q_raw[:, kh * m.group:(kh + 1) * m.group], here)  # [C][group][hd]
+            q = m.rope(q_raw[:, kh * m.group:(kh + 1) * m.group], here) * m.temperature(here)  # [C][group][hd]
             s = softcap(np.einsum("tgd,pd->gtp", q, K) * scale, m.attn_softcap)
             s = np.where(allowed[u][None], s, -np.inf)
             s -= s.max(axis=-1, keepdims=True)

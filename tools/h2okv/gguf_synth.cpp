@@ -133,6 +133,27 @@ const std::map<std::string, model::synth_shape>& shapes() {
           .arch = "gemma3",
           .rope_scale = {.type = model::rope_scaling_type::linear, .factor = 8.0},
           .sliding_window = 64}},
+        // Ministral 3's settings scaled down: yarn x16 of a 64-token original context with betas 16 / 2 and
+        // log multiplier 0.5 (the real files: 16384, 32 / 1, 1), and the query temperature 0.1, which
+        // changes every 64 positions here, so a 256-position comparison reaches four temperatures.
+        {"mistral3-tiny",
+         {.n_embd = 256,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_ff = 512,
+          .n_vocab = 512,
+          .n_ctx = 16384,
+          .tied_output = false,
+          .rope_freq_base = 1000000.0f,
+          .arch = "mistral3",
+          .rope_scale = {.type = model::rope_scaling_type::yarn,
+                         .factor = 16.0,
+                         .orig_ctx = 64,
+                         .beta_fast = 16.0,
+                         .beta_slow = 2.0,
+                         .log_mul = 0.5},
+          .attn_temp_scale = 0.1f}},
         // Phi-3: fused qkv and gate/up, multi-head attention, NeoX pairing.
         {"phi3-tiny",
          {.n_embd = 256,

@@ -49,6 +49,11 @@ struct hparams {
     float attn_scale = 0.0f;     // multiplies q.k before the softmax; 0: 1 / sqrt(head_dim)
     float attn_softcap = 0.0f;   // > 0: attention scores s become cap * tanh(s / cap) (Gemma 2)
     float final_softcap = 0.0f;  // > 0: the same on the output logits
+    // Llama 4's attention temperature (mistral3's attention.temperature_scale): after RoPE, a query at RoPE
+    // position p is multiplied by 1 + attn_temp_scale * ln(floor(p / attn_temp_floor) + 1), so queries
+    // within the first attn_temp_floor positions (the yarn original context) are unchanged. 0: none.
+    float attn_temp_scale = 0.0f;
+    int64_t attn_temp_floor = 0;
 
     int gqa_group() const { return n_head / n_kv_head; }
     bool sliding(int layer) const {
@@ -56,6 +61,7 @@ struct hparams {
     }
     int n_sliding() const;  // layers that are sliding-window ones
     float attention_scale() const;
+    float query_temperature(int64_t rope_position) const;  // 1 unless attn_temp_scale is set
     const kernels::rope_spec& rope(int layer) const {
         return rope_specs[static_cast<size_t>(layer_rope[static_cast<size_t>(layer)])];
     }

@@ -34,6 +34,8 @@ struct rope_scaling {
     double beta_fast = 32.0;  // yarn: correction dims' rotation counts (llama.cpp's defaults)
     double beta_slow = 1.0;
     double attn_factor = 1.0;  // rope.scaling.attn_factor: multiplies the magnitude of every type
+    double log_mul = 0.0;      // yarn: rope.scaling.yarn_log_multiplier (HF's mscale_all_dim); 0: none. The
+                               // magnitude becomes (1 + 0.1 ln factor) / (1 + 0.1 log_mul ln factor)
     // Refuses a factor <= 0, a yarn context < 1, or betas out of order, naming the values.
     status validate() const;
     std::string to_string() const;

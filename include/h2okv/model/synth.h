@@ -30,16 +30,20 @@ struct synth_shape {
     bool tied_output = true;
     float rope_freq_base = 10000.0f;
     // The architecture's tensors and keys: llama, qwen2 (q/k/v biases), qwen3 (q/k norms), phi3 (fused qkv
-    // and gate/up), gemma2, gemma3. NeoX pairing comes with the architecture, as in real files.
+    // and gate/up), gemma2, gemma3, mistral3 (llama's tensors). NeoX pairing comes with the architecture, as
+    // in real files.
     std::string arch = "llama";
-    int head_dim = 0;           // 0: n_embd / n_head; else written as attention.key_length (Qwen3: 128)
-    rope_scaling rope_scale{};  // written as rope.scaling.type / factor / original_context_length
-    bool rope_freqs = false;    // llama: Llama 3.1's rope_freqs.weight (factor 8, low 1, high 4, 8192)
+    int head_dim = 0;  // 0: n_embd / n_head; else written as attention.key_length (Qwen3: 128)
+    // Written as rope.scaling.type / factor / original_context_length; mistral3 with yarn also gets
+    // yarn_beta_fast / yarn_beta_slow / yarn_log_multiplier (only mistral3 may set them).
+    rope_scaling rope_scale{};
+    bool rope_freqs = false;  // llama: Llama 3.1's rope_freqs.weight (factor 8, low 1, high 4, 8192)
     // gemma2 / gemma3 (post-attention and post-FFN norms; gemma3 also q/k norms): written when nonzero as
     // attention.sliding_window, attn_logit_softcapping and final_logit_softcapping.
     int64_t sliding_window = 0;
     float attn_softcap = 0.0f;
     float final_softcap = 0.0f;
+    float attn_temp_scale = 0.0f;  // mistral3: attention.temperature_scale when nonzero
     status validate() const;
 };
 

@@ -366,6 +366,10 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
             const float* cs = cs_base + t * rd;
             kernels::rope_apply(&q_[t * q_dim], hp.n_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
             kernels::rope_apply(&k_[t * kv_dim], hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
+            const float temp = hp.query_temperature(b.positions[t]);
+            if (temp != 1.0f) {
+                for (size_t i = 0; i < q_dim; ++i) q_[t * q_dim + i] *= temp;
+            }
         }
         H2OKV_RETURN_IF_ERROR(attn.attend(l, n, q_.data(), k_.data(), v_.data(), att_.data()));
         kernels::matmul(ly.wo, att_.data(), n, proj_.data());
@@ -408,9 +412,10 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
     return ok_status();
 }
 
-// rope.scaling.* keys into `hp.rope_scale`; the yarn keys llama.cpp reads for these architectures only at
-// their default values.
-status read_rope_scaling(metadata_use& use, hparams& hp) {
+// rope.scaling.* keys into `hp.rope_scale`. `yarn_keys`: the architecture's yarn betas and log multiplier
+// apply (llama.cpp reads them for mistral3); otherwise they are accepted only at llama.cpp's defaults, which
+// is what llama.cpp computes with for the other architectures.
+status read_rope_scaling(metadata_use& use, hparams& hp, bool yarn_keys) {
     H2OKV_ASSIGN_OR_RETURN(std::string type, use.text("rope.scaling.type", ""));
     H2OKV_ASSIGN_OR_RETURN(double factor, use.real("rope.scaling.factor", 0.0));
     H2OKV_ASSIGN_OR_RETURN(double old_factor, use.real("rope.scale_linear", 0.0));  // the key's older name
@@ -433,7 +438,11 @@ status read_rope_scaling(metadata_use& use, hparams& hp) {
     H2OKV_ASSIGN_OR_RETURN(sc.attn_factor, use.real("rope.scaling.attn_factor", 1.0));
     H2OKV_ASSIGN_OR_RETURN(sc.orig_ctx, use.dim("rope.scaling.original_context_length", hp.n_ctx_train));
     use.accept("rope.scaling.finetuned");
-    if (sc.type == rope_scaling_type::yarn) {
+    if (sc.type == rope_scaling_type::yarn && yarn_keys) {
+        H2OKV_ASSIGN_OR_RETURN(sc.beta_fast, use.real("rope.scaling.yarn_beta_fast", sc.beta_fast));
+        H2OKV_ASSIGN_OR_RETURN(sc.beta_slow, use.real("rope.scaling.yarn_beta_slow", sc.beta_slow));
+        H2OKV_ASSIGN_OR_RETURN(sc.log_mul, use.real("rope.scaling.yarn_log_multiplier", 0.0));
+    } else if (sc.type == rope_scaling_type::yarn) {
         for (auto [key, expected] : {std::pair{"rope.scaling.yarn_beta_fast", sc.beta_fast},
                                      std::pair{"rope.scaling.yarn_beta_slow", sc.beta_slow}}) {
             H2OKV_ASSIGN_OR_RETURN(double v, use.real(key, expected));
@@ -448,7 +457,8 @@ status read_rope_scaling(metadata_use& use, hparams& hp) {
 
 }  // namespace
 
-result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pairing, bool rope_freqs) {
+result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pairing, bool rope_freqs,
+                                     bool yarn_keys) {
     const gguf::file& f = use.file();
     const std::string a = use.arch() + ".";
     hparams hp;
@@ -500,7 +510,7 @@ result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pa
                             vocab_size, hp.n_vocab);
     }
     hp.tied_output = f.find_tensor("output.weight") == nullptr;
-    H2OKV_RETURN_IF_ERROR(read_rope_scaling(use, hp));
+    H2OKV_RETURN_IF_ERROR(read_rope_scaling(use, hp, yarn_keys));
     std::vector<float> factors;
     if (rope_freqs && f.find_tensor("rope_freqs.weight") != nullptr) {
         H2OKV_ASSIGN_OR_RETURN(factors, vector(use, "rope_freqs.weight", rope_dim / 2));

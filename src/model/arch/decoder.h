@@ -51,9 +51,11 @@ private:
 };
 
 // The hyper-parameters every decoder file has: sizes, heads, RMS epsilon, RoPE (dims, base, rope.scaling.*
-// keys; `rope_freqs`: whether rope_freqs.weight frequency factors apply, Llama 3.1's) with one spec for all
-// layers.
-result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pairing, bool rope_freqs);
+// keys; `rope_freqs`: whether rope_freqs.weight frequency factors apply, Llama 3.1's; `yarn_keys`: whether
+// the file's yarn betas and log multiplier apply, else they must be llama.cpp's defaults) with one spec for
+// all layers.
+result<hparams> read_decoder_hparams(metadata_use& use, kernels::rope_pairing pairing, bool rope_freqs,
+                                     bool yarn_keys = false);
 
 // The gated FFN's activation: SiLU (SwiGLU) or GELU's tanh approximation (GeGLU, Gemma).
 enum class glu_kind { silu, gelu_tanh };

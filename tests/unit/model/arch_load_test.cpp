@@ -67,7 +67,7 @@ std::string refusal(const std::vector<std::byte>& bytes) {
 
 TEST(ArchLoad, EveryRegisteredArchitectureLoads) {
     const auto names = model::architecture_names();
-    for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}) {
+    for (const std::string arch : {"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mistral3"}) {
         SCOPED_TRACE(arch);
         EXPECT_NE(std::find(names.begin(), names.end(), arch), names.end());
         const model::synth_shape s = shape_of(arch);
@@ -77,8 +77,8 @@ TEST(ArchLoad, EveryRegisteredArchitectureLoads) {
         const model::hparams& hp = (*m)->params();
         EXPECT_EQ(hp.arch, arch);
         EXPECT_EQ(hp.head_dim, s.head_dim != 0 ? s.head_dim : s.n_embd / s.n_head);
-        EXPECT_EQ(hp.rope(0).pairing,
-                  arch == "llama" ? kernels::rope_pairing::normal : kernels::rope_pairing::neox);
+        EXPECT_EQ(hp.rope(0).pairing, arch == "llama" || arch == "mistral3" ? kernels::rope_pairing::normal
+                                                                            : kernels::rope_pairing::neox);
         EXPECT_EQ(hp.rope(1).inv_freq.size(), static_cast<size_t>(hp.rope_dim / 2));
     }
 }
@@ -223,6 +223,49 @@ TEST(ArchLoad, RopeScalingReachesTheLayerSpecs) {
     const auto& got = (*m3)->params().rope(0).inv_freq;
     EXPECT_EQ(got.front(), plain.inv_freq.front()) << "the fastest pair keeps its frequency";
     EXPECT_DOUBLE_EQ(got.back(), plain.inv_freq.back() / 8.0) << "the slowest pair is stretched 8 times";
+}
+
+// mistral3 applies the file's yarn betas and log multiplier (the other architectures refuse values other
+// than llama.cpp's defaults, UnsupportedMetadataIsRefusedByName) and the query temperature.
+TEST(ArchLoad, Mistral3YarnKeysAndQueryTemperature) {
+    model::synth_shape s = shape_of("mistral3");
+    s.rope_scale = {.type = model::rope_scaling_type::yarn,
+                    .factor = 16.0,
+                    .orig_ctx = 64,
+                    .beta_fast = 16.0,
+                    .beta_slow = 2.0,
+                    .log_mul = 0.5};
+    s.attn_temp_scale = 0.25f;
+    std::unique_ptr<gguf::file> f;
+    auto m = load(synth(s), &f);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    const model::hparams& hp = (*m)->params();
+    EXPECT_EQ(hp.rope_scale.beta_fast, 16.0);
+    EXPECT_EQ(hp.rope_scale.beta_slow, 2.0);
+    EXPECT_EQ(hp.rope_scale.log_mul, 0.5);
+    const double ln16 = std::log(16.0);
+    EXPECT_NEAR(hp.rope(0).magnitude, (1.0 + 0.1 * ln16) / (1.0 + 0.05 * ln16), 1e-12);
+    model::rope_scaling defaults = s.rope_scale;
+    defaults.beta_fast = 32.0;
+    defaults.beta_slow = 1.0;
+    EXPECT_NE(hp.rope(0).inv_freq, model::make_rope_spec(hp.rope_dim, hp.rope_freq_base,
+                                                         kernels::rope_pairing::normal, {}, defaults)
+                                       .inv_freq)
+        << "the file's betas move the ramp";
+    EXPECT_EQ(hp.attn_temp_floor, 64);
+    EXPECT_EQ(hp.query_temperature(0), 1.0f);
+    EXPECT_EQ(hp.query_temperature(63), 1.0f);
+    EXPECT_FLOAT_EQ(hp.query_temperature(64), static_cast<float>(1.0 + 0.25 * std::log(2.0)));
+    EXPECT_FLOAT_EQ(hp.query_temperature(200), static_cast<float>(1.0 + 0.25 * std::log(4.0)));
+
+    s.attn_temp_scale = 0.0f;
+    auto plain = load(synth(s), &f);
+    ASSERT_TRUE(plain.ok()) << plain.error().to_string();
+    EXPECT_EQ((*plain)->params().query_temperature(1000), 1.0f);
+    // A mixture-of-experts mistral3 file is refused, not run as a dense one.
+    const gguf::value experts = gguf::value::make_uint(gguf::value_type::u32, 8);
+    const std::string msg = refusal(with_extra(synth(s), "mistral3.expert_count", &experts));
+    EXPECT_NE(msg.find("mixture-of-experts"), std::string::npos) << msg;
 }
 
 }  // namespace
