@@ -2,14 +2,16 @@
 """Regenerates docs/RESULTS.md and docs/img/*.png from the JSONL files scripts/run_results.sh writes.
 
 Usage: /usr/bin/python3 scripts/gen_results.py [RESULTS_DIR] [DOCS_DIR]   (defaults: results/ docs/)
-Every number in RESULTS.md comes from those files; nothing is typed in by hand.
+Every number in RESULTS.md comes from those files; nothing is typed in by hand. A section whose files are not in
+RESULTS_DIR (a run that re-measured only some sections, on a machine without the others' files) is carried over
+from the existing RESULTS.md, marked as such, instead of being dropped.
 """
 import glob
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from plot_eval import POLICY_ORDER, label, load, plot_accuracy, plot_kept_map, plot_perplexity  # noqa: E402
+from plot_eval import POLICY_ORDER, label, load, plot_accuracy, policy_order, plot_kept_map, plot_perplexity  # noqa: E402
 from gen_rolling import rolling_section  # noqa: E402
 from gen_kvquant import kvquant_section  # noqa: E402
 from plot_ruler import budget_of, plot_budget, plot_depth  # noqa: E402
@@ -30,7 +32,7 @@ def ppl_section(name, rows, img_dir, lines):
         if r["policy_name"] == "full":
             continue
         by.setdefault(label(r), {})[r["budget_spec"]] = r
-    policies = [p for p in POLICY_ORDER if p in by]
+    policies = policy_order(by)
     lines.append("| policy | " + " | ".join(f"budget {b}" for b in budgets) + " |")
     lines.append("|---|" + "---|" * len(budgets))
     for p in policies:
@@ -518,6 +520,41 @@ def trace_section(path, img_dir, lines):
     lines.append(f"![kept-position map](img/{png})\n")
 
 
+CARRIED = ("_Carried over from the previous RESULTS.md: this section's results files were not in this run's "
+           "folder, so its figures are those of the run that last wrote them._")
+
+
+def split_sections(text):
+    """[(heading or None for the preamble, lines)] split at the level-2 headings."""
+    parts = [(None, [])]
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith("## "):
+            parts.append((line, []))
+        else:
+            parts[-1][1].append(line)
+    return parts
+
+
+def carry_forward(new_text, old_text):
+    """new_text with every level-2 section of old_text that this run did not produce (absent, or a heading with
+    nothing under it) put back where it stood, marked as carried over: a run over part of the results files
+    (one section re-measured on a new machine) keeps the rest of the document instead of dropping it."""
+    new = split_sections(new_text)
+    have = {h for h, body in new if h is not None and any(line.strip() for line in body)}
+    new = [(h, body) for h, body in new if h is None or h in have]
+    old = split_sections(old_text)
+    for i, (heading, body) in enumerate(old):
+        if heading is None or heading in have:
+            continue
+        if body[:2] != ["", CARRIED]:
+            body = ["", CARRIED] + body
+        # After the nearest section before it (in the old order) that the new text has; else first.
+        before = [h for h, _ in old[:i] if h is None or h in have or h in {x for x, _ in new}]
+        at = next(j for j, (h, _) in enumerate(new) if h == before[-1]) + 1 if before else 1
+        new.insert(at, (heading, body))
+    return "\n".join(line for h, body in new for line in ([h] if h else []) + body).rstrip("\n") + "\n"
+
+
 def main():
     res = sys.argv[1] if len(sys.argv) > 1 else "results"
     docs = sys.argv[2] if len(sys.argv) > 2 else "docs"
@@ -601,8 +638,13 @@ def main():
     traces = sorted(glob.glob(os.path.join(res, "*.trace.jsonl")))
     if traces:
         trace_section(traces[0], img_dir, lines)
-    with open(os.path.join(docs, "RESULTS.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
+    out = os.path.join(docs, "RESULTS.md")
+    text = "\n".join(lines).rstrip() + "\n"
+    if os.path.exists(out):
+        with open(out, encoding="utf-8") as f:
+            text = carry_forward(text, f.read())
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
     print(f"gen_results: wrote {os.path.join(docs, 'RESULTS.md')} and {img_dir}/")
 
 

@@ -7,7 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from plot_eval import POLICY_ORDER, label, load  # noqa: E402
+from plot_eval import label, load, policy_order  # noqa: E402
 
 HEADING = "## Rolling positions: streaming past the trained context"
 INTRO = [
@@ -42,7 +42,7 @@ def curves_section(name, rows, img_dir, lines):
     for r in rows:
         if r["policy_name"] != "full":
             by.setdefault(label(r), {}).setdefault(r["budget"], {})[mode(r)] = r
-    for p in [p for p in POLICY_ORDER if p in by]:
+    for p in policy_order(by):
         cells = []
         for b in budgets:
             m = by[p].get(b, {})
@@ -56,7 +56,7 @@ def curves_section(name, rows, img_dir, lines):
         for r in full:
             xs = [(i + 1) * w for i in range(len(r["window_nll"]))]
             ax.plot(xs, [2.718281828 ** v for v in r["window_nll"]], label="full", color="black", lw=1)
-        for p in [p for p in POLICY_ORDER if p in by]:
+        for p in policy_order(by):
             r = by[p].get(mid, {}).get(md)
             if r:
                 xs = [(i + 1) * w for i in range(len(r["window_nll"]))]
@@ -85,7 +85,7 @@ def comparison_section(rows, lines):
     by = {}
     for r in rows:
         by.setdefault(label(r), {})[mode(r)] = r
-    for p in [p for p in POLICY_ORDER if p in by]:
+    for p in policy_order(by):
         cells = []
         for md in ("original", "rolling"):
             r = by[p].get(md)

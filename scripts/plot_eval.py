@@ -17,7 +17,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova"]
+# The display order of policy labels; labels not listed (a policy added to the registry later) follow, sorted.
+POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova", "scissorhands", "keyformer", "snapkv",
+                "l2norm", "keydiff"]
+
+
+def policy_order(labels):
+    """The labels present in `labels` (any container), in display order: POLICY_ORDER's, then the rest sorted."""
+    present = set(labels)
+    return [p for p in POLICY_ORDER if p in present] + sorted(present - set(POLICY_ORDER))
 
 
 def load(path):
@@ -31,6 +39,11 @@ def label(row):
     if name == "h2o" and "decay=" in row["policy"] and "decay=1," not in row["policy"] + ",":
         return "h2o+decay"
     return name
+
+
+def line_style(i):
+    """Solid for the first ten curves (matplotlib's ten colours), dashed once the colours repeat."""
+    return "-" if i < 10 else "--"
 
 
 def budget_fraction(row):
@@ -50,9 +63,9 @@ def plot_perplexity(rows, png, title):
         if r["policy_name"] != "full":
             curves.setdefault(label(r), []).append((budget_fraction(r), r["perplexity"]))
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for p in [p for p in POLICY_ORDER if p in curves]:
+    for i, p in enumerate(policy_order(curves)):
         pts = sorted(curves[p])
-        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p, linestyle=line_style(i))
     if full:
         ax.axhline(full[0], color="black", linestyle="--", linewidth=1, label="full cache")
     ax.set_xlabel("KV budget (fraction of the sequence)")
@@ -76,9 +89,9 @@ def plot_accuracy(rows, png, title):
         for r in task_rows:
             if r["policy_name"] != "full":
                 curves.setdefault(label(r), []).append((budget_fraction(r), r["acc"]))
-        for p in [p for p in POLICY_ORDER if p in curves]:
+        for i, p in enumerate(policy_order(curves)):
             pts = sorted(curves[p] + [(1.0, full[0]["acc"])] if full else curves[p])
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p, linestyle=line_style(i))
         ax.set_title(f"{task} ({task_rows[0]['n_items']} items)", fontsize=9)
         ax.set_xlabel("KV budget (fraction)")
         ax.set_ylim(0, 1)
