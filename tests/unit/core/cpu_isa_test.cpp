@@ -30,6 +30,11 @@ TEST(CpuIsa, DetectedIsSupportedAndScalarAlwaysIs) {
     if (core::detected_isa() == core::cpu_isa::avx512) {
         EXPECT_TRUE(core::cpu_supports(core::cpu_isa::avx2));
     }
+#ifdef H2OKV_KERNELS_NO_SIMD
+    // A build without SIMD code (scripts/check_no_simd.sh) runs scalar whatever the CPU offers.
+    EXPECT_EQ(core::detected_isa(), core::cpu_isa::scalar);
+    EXPECT_FALSE(core::cpu_supports(core::cpu_isa::avx2));
+#endif
 }
 
 TEST(CpuIsa, RequestedIsaComesFromTheEnvironment) {
