@@ -5,9 +5,7 @@
 include(CMakePackageConfigHelpers)
 
 set(H2OKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/h2okv)
-install(TARGETS h2okv_c h2okv_c_policy EXPORT h2okvTargets
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS h2okv_c h2okv_c_policy EXPORT h2okvTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/include/h2okv.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT h2okvTargets NAMESPACE h2okv:: DESTINATION ${H2OKV_CMAKE_DIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/h2okvConfig.cmake.in

@@ -3,7 +3,8 @@
 #   1. builds tests/install/consumer (examples/simple.c, examples/policy_only.c) with find_package(h2okv CONFIG)
 #      and with pkg-config, and runs both: simple's stdout must equal the in-tree `h2okv generate`'s, and
 #      policy_only's the in-tree example's;
-#   2. checks that the shared libraries export only the C API's h2okv_* symbols;
+#   2. checks that the shared libraries export only the C API's h2okv_* symbols, and that h2okv-policy's flags
+#      hide the engine's declarations;
 #   3. moves the prefix and runs the installed CLI with no -m from another folder: it finds its bundled model
 #      relative to itself (share/h2okv/models/), and so does pkg-config (the .pc files locate the prefix).
 # Usage: scripts/check_install.sh [BUILD_DIR]   (default build/ci, already built: make test)
@@ -36,6 +37,12 @@ quiet cmake --build "$tmp/cmake"
 step "consumer with pkg-config"
 quiet env PKG_CONFIG_PATH="$pcdir" make -C "$root/tests/install/consumer" OUT="$tmp/pc"
 
+# The policy library's flags hide the engine's declarations: a program calling them does not compile.
+if PKG_CONFIG_PATH="$pcdir" cc -std=c99 -Werror $(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags h2okv-policy) \
+    -c "$root/examples/simple.c" -o "$tmp/simple.o" 2>>"$log"; then
+    echo "check_install: simple.c compiled with h2okv-policy's flags (H2OKV_POLICY_ONLY hid nothing)"; exit 1
+fi
+
 model="$root/models/stories260K.gguf"
 prompt="Once upon a time"
 expected="$("$build/tools/h2okv/h2okv" generate -m "$model" -p "$prompt" -n 64 --kv-policy h2o --kv-budget 0.2 \
@@ -62,4 +69,6 @@ grep -q "share/h2okv/models/stories260K.gguf" <<<"$err" || { echo "no searched p
 got="$(H2OKV_MODEL="$model" "$tmp/moved/bin/h2okv" generate -p "$prompt" -n 64 --kv-policy h2o --kv-budget 0.2 \
     --kv-decay 0.98 2>/dev/null)"
 [ "$got" = "$expected" ] || { echo "H2OKV_MODEL was not used"; exit 1; }
-step "ok: the moved prefix's CLI finds its model relative to itself, H2OKV_MODEL overrides, a missing one names the paths"
+moved_libdir="$(PKG_CONFIG_PATH="${pcdir/$prefix/$tmp/moved}" pkg-config --variable=libdir h2okv)"
+[ -e "$moved_libdir/libh2okv.so" ] || { echo "pkg-config's libdir after the move, $moved_libdir, has no libh2okv.so"; exit 1; }
+step "ok: the moved prefix's CLI finds its model relative to itself, H2OKV_MODEL overrides, a missing one names the paths; pkg-config follows the move"
