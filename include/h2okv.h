@@ -173,6 +173,7 @@ H2OKV_API h2okv_status h2okv_policy_slot_positions(const h2okv_policy* policy, i
 // the query heads that read the unit, of their softmax weights on that slot (0 where the query did not
 // attend). The policy decays and adds (the contract's clause 3). Rows of one unit come in increasing i within
 // a chunk; a unit without a row for some i keeps its scores (a null row). A no-op unless needs_attention.
+// The one call that may run concurrently on one policy: from several threads, for distinct units.
 H2OKV_API h2okv_status h2okv_policy_add_row(h2okv_policy* policy, int32_t unit, int32_t i, const double* row);
 // The key of chunk token i as KV head `kv_head` of `layer` stores it (head_dim floats, rotated as the engine
 // attends it): once per (layer, KV head) and chunk token, before end_chunk. A no-op unless needs_keys.
