@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when clang-format (the repository's .clang-format) would change a C++ file.
+"""Fails when clang-format (the repository's .clang-format) would change a C or C++ file.
 
 Usage: check_format.py CLANG_FORMAT REPO_ROOT
 """
@@ -7,8 +7,8 @@ import pathlib
 import subprocess
 import sys
 
-DIRS = ["include", "src", "tools", "tests", "bench"]
-SUFFIXES = {".h", ".hpp", ".cpp", ".cc"}
+DIRS = ["include", "src", "tools", "tests", "bench", "examples"]
+SUFFIXES = {".h", ".hpp", ".c", ".cpp", ".cc"}
 
 
 def main() -> int:

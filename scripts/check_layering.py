@@ -9,7 +9,7 @@ import pathlib
 import re
 import sys
 
-LAYERS = ["core", "policy", "gguf", "tokenizer", "kernels", "model", "kv", "engine", "eval", "serve"]
+LAYERS = ["core", "policy", "gguf", "tokenizer", "kernels", "model", "kv", "engine", "eval", "serve", "capi"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:h2okv/)?([a-z_]+)/', re.MULTILINE)
 
 

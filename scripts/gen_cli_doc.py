@@ -16,7 +16,9 @@ def help_text(binary, *args):
     out = re.sub(r"TEXT:FILE \[[^\]]*\]", "TEXT:FILE", out)
     out = re.sub(r"Usage: \S*h2okv", "Usage: h2okv", out)
     # Absolute paths of this checkout are not part of the interface.
-    return re.sub(r"/\S*/(models|\.\./shared)/", r"<repo>/\1/", out).rstrip() + "\n"
+    # Defaults found relative to the binary (tools/h2okv/resources.cpp): its share/h2okv/ folder.
+    out = re.sub(r"(?<=[\s=])/\S*/share/h2okv/", r"<share>/h2okv/", out)
+    return re.sub(r"(?<=[\s=])/\S*/(models|\.\./shared)/", r"<repo>/\1/", out).rstrip() + "\n"
 
 
 def subcommands(main_help):

@@ -11,12 +11,13 @@
 
 #include "commands.h"
 #include "h2okv/gguf/gguf.h"
+#include "kv_options.h"
 
 namespace h2okv::cli {
 namespace {
 
 struct info_options {
-    std::string model_path = H2OKV_DEFAULT_MODEL;
+    std::string model_path = default_model_path();
     bool tensors = false;
     bool json = false;
 };
@@ -182,6 +183,7 @@ void print_text(const gguf::file& f, bool with_tensors) {
 }
 
 int run_info(const info_options& o) {
+    if (o.model_path.empty()) return fail(no_model_error());
     auto f = gguf::file::open(o.model_path);
     if (!f.ok()) {
         fmt::print(stderr, "h2okv: error: {}\n", f.error().message());
@@ -201,7 +203,9 @@ void add_info_command(CLI::App& app, int* exit_code) {
     auto opts = std::make_shared<info_options>();
     CLI::App* cmd =
         app.add_subcommand("info", "Show a GGUF file's version, metadata and (with --tensors) tensors");
-    cmd->add_option("-m,--model", opts->model_path, "GGUF file (default: the bundled stories260K)");
+    cmd->add_option("-m,--model", opts->model_path,
+                    "GGUF file (default: the bundled stories260K: " + model_search_text() + ")")
+        ->capture_default_str();
     cmd->add_flag("--tensors", opts->tensors, "List every tensor: name, type, dims and bytes");
     cmd->add_flag("--json", opts->json,
                   "Print JSON instead of text (arrays summarised by their first items)");

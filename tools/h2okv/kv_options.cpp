@@ -13,7 +13,8 @@
 namespace h2okv::cli {
 
 void model_options::add_to(CLI::App& cmd) {
-    cmd.add_option("-m,--model", model_path, "GGUF model file (default: the bundled stories260K)")
+    cmd.add_option("-m,--model", model_path,
+                   "GGUF model file (default: the bundled stories260K: " + model_search_text() + ")")
         ->capture_default_str();
     cmd.add_option("-t,--threads", threads, "Threads (0: all cores)")->check(CLI::NonNegativeNumber);
     cmd.add_option("-c,--ctx-size", n_ctx, "Context length (0: the model's); bounds the run under `full`")
@@ -262,10 +263,19 @@ result<std::unique_ptr<std::ofstream>> open_jsonl(const std::string& path) {
 }
 
 result<loaded_model> load_model(const std::string& path) {
+    if (path.empty()) return no_model_error();
     loaded_model lm;
     H2OKV_ASSIGN_OR_RETURN(lm.file, gguf::file::open(path));
     H2OKV_ASSIGN_OR_RETURN(lm.model, model::model::load(*lm.file));
     return lm;
+}
+
+status no_model_error() {
+    std::string tried = "$H2OKV_MODEL (unset)";
+    for (const auto& p : model_candidates()) tried += ", " + p;
+    return invalid_argument(
+        "no model: -m not given and no bundled model found (tried {}); give -m FILE or set H2OKV_MODEL",
+        tried);
 }
 
 std::string kv_saving_text(int64_t allocated, int64_t full) {

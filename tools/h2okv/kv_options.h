@@ -16,11 +16,12 @@
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/model/model.h"
 #include "h2okv/policy/policy.h"
+#include "resources.h"
 
 namespace h2okv::cli {
 
 struct model_options {
-    std::string model_path = H2OKV_DEFAULT_MODEL;
+    std::string model_path = default_model_path();
     int threads = 0;  // 0: all cores
     int64_t n_ctx = 0;
 
@@ -117,7 +118,10 @@ struct loaded_model {
     std::unique_ptr<gguf::file> file;
     std::unique_ptr<model::model> model;
 };
+// An empty path (no -m and no bundled model found) is refused with the paths tried.
 result<loaded_model> load_model(const std::string& path);
+// The error of a command run without -m where no default model exists.
+status no_model_error();
 
 // "<full> for a full cache of the run: <r>x smaller" (or larger), r = full / allocated: how generate and
 // bench state what the KV cache saves.

@@ -25,7 +25,7 @@ struct passkey_options {
     model_options model;
     kv_options kv;
     eval::passkey_params params;
-    std::string filler_path = H2OKV_DEFAULT_DATA_DIR "/tinystories/tinystories_val_head.txt";
+    std::string filler_path = default_data_dir() + "/tinystories/tinystories_val_head.txt";
     bool show = false;
     sweep_options sweep{policy::default_sweep(), {"0.2", "0.5"}};
     std::string jsonl_path;
@@ -144,7 +144,9 @@ void add_passkey_command(CLI::App& app, int* exit_code) {
     cmd->add_option("--seed", o->params.seed, "Seed of the keys")->capture_default_str();
     cmd->add_option("--answer-tokens", o->params.answer_tokens, "Tokens generated per answer")
         ->capture_default_str();
-    cmd->add_option("--filler", o->filler_path, "Filler text (repeated when too short)")
+    cmd->add_option(
+           "--filler", o->filler_path,
+           "Filler text (repeated when too short; default in the data folder: " + data_search_text() + ")")
         ->capture_default_str();
     o->kv.add_to(*cmd);
     cmd->add_flag("--show", o->show, "Print every trial's key and answer");

@@ -25,7 +25,7 @@ struct ruler_options {
     eval::ruler_params params;
     std::vector<std::string> tasks{"niah_single"};
     std::string protocol = "both";
-    std::string haystack_path = H2OKV_DEFAULT_DATA_DIR "/moby-dick/moby_dick.txt";
+    std::string haystack_path = default_data_dir() + "/moby-dick/moby_dick.txt";
     bool show = false;
     sweep_options sweep{{"full", "window", "streaming:sinks=4", "h2o", "tova"}, {"0.1", "0.2", "0.4"}};
     std::string jsonl_path;
@@ -228,7 +228,8 @@ void add_ruler_command(CLI::App& app, int* exit_code) {
            "task's default (passkey 8, niah 12, UUID and multi-value/query 48, vt 30, cwe 40, fwe 30)")
         ->capture_default_str();
     cmd->add_option("--haystack", o->haystack_path,
-                    "Haystack text (repeated when too short); cwe draws its words from its vocabulary")
+                    "Haystack text (repeated when too short; default in the data folder: " +
+                        data_search_text() + "); cwe draws its words from its vocabulary")
         ->capture_default_str();
     o->kv.add_to(*cmd);
     cmd->add_flag("--show", o->show, "Print every trial's expected answers, output and score");

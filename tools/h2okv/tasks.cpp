@@ -22,7 +22,7 @@ struct tasks_options {
     kv_options kv;
     std::vector<std::string> tasks;
     std::string split;
-    std::string data_dir = H2OKV_DEFAULT_DATA_DIR;
+    std::string data_dir = default_data_dir();
     int64_t limit = 0;
     int shots = 0;
     uint64_t seed = 1234;
@@ -124,7 +124,9 @@ void add_tasks_command(CLI::App& app, int* exit_code) {
     cmd->add_option("--split", o->split,
                     "Split (default: the task's first): copa has val (dev items 401-500, lm-eval's "
                     "validation), dev, test, all; the others test");
-    cmd->add_option("--data-dir", o->data_dir, "The shared data folder (copa/, llm-adapters-commonsense/)")
+    cmd->add_option(
+           "--data-dir", o->data_dir,
+           "The shared data folder (copa/, llm-adapters-commonsense/; default: " + data_search_text() + ")")
         ->capture_default_str();
     cmd->add_option("--limit", o->limit, "Evaluate the first N items (0: all)")
         ->check(CLI::NonNegativeNumber);

@@ -10,12 +10,13 @@
 #include "commands.h"
 #include "h2okv/gguf/gguf.h"
 #include "h2okv/tokenizer/tokenizer.h"
+#include "kv_options.h"
 
 namespace h2okv::cli {
 namespace {
 
 struct tokenize_options {
-    std::string model_path = H2OKV_DEFAULT_MODEL;
+    std::string model_path = default_model_path();
     std::string prompt;
     bool ids_only = false;
     bool no_bos = false;
@@ -65,6 +66,7 @@ std::string printable(const std::string& piece) {
 }
 
 int run_tokenize(const tokenize_options& o) {
+    if (o.model_path.empty()) return fail(no_model_error());
     auto file = gguf::file::open(o.model_path);
     if (!file.ok()) {
         fmt::print(stderr, "h2okv tokenize: error: {}\n", file.error().message());
@@ -95,7 +97,9 @@ void add_tokenize_command(CLI::App& app, int* exit_code) {
     CLI::App* cmd = app.add_subcommand(
         "tokenize",
         "Print the token ids of a text (one line), then each token's id and piece (one per line)");
-    cmd->add_option("-m,--model", opts->model_path, "GGUF model file (default: the bundled stories260K)");
+    cmd->add_option("-m,--model", opts->model_path,
+                    "GGUF model file (default: the bundled stories260K: " + model_search_text() + ")")
+        ->capture_default_str();
     cmd->add_option("-p,--prompt", opts->prompt, "The text to tokenize")->required();
     cmd->add_flag("--ids", opts->ids_only, "Print only the line of ids");
     cmd->add_flag("--no-bos", opts->no_bos, "Do not add the BOS/EOS tokens the model asks for");
