@@ -81,7 +81,7 @@ cli-doc: release
 	/usr/bin/python3 scripts/gen_cli_doc.py ./build/release/tools/h2okv/h2okv docs/CLI.md
 
 format:
-	@find include src tools tests bench \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
+	@find include src tools tests bench python \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
 
 clean:
 	rm -rf build

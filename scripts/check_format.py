@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 import sys
 
-DIRS = ["include", "src", "tools", "tests", "bench"]
+DIRS = ["include", "src", "tools", "tests", "bench", "python"]
 SUFFIXES = {".h", ".hpp", ".cpp", ".cc"}
 
 
