@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -209,7 +210,7 @@ py::str text_of(const std::string& bytes) {
 }
 
 // A loaded GGUF model with its tokenizer. Calls are serialised (the forward pass keeps work buffers); the
-// GIL is released while the model runs.
+// GIL is released while the model runs. stats_ is touched only with the GIL held.
 class py_model {
 public:
     explicit py_model(const std::string& path) : path_(path) {
@@ -244,24 +245,16 @@ public:
         sp.prefill_chunk = std::min(sp.prefill_chunk, static_cast<int>(ids.size()));
         const int64_t run_length = static_cast<int64_t>(ids.size()) + n;
         std::string text;
+        stats_values stats;
+        status st;
         {
+            // The lock is taken without the GIL and released before the GIL is taken back (never both held).
             py::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(mutex_);
-            auto s = engine::session::create(*model_, sp, run_length);
-            if (!s.ok()) {
-                py::gil_scoped_acquire acquire;
-                raise(s.error());
-            }
-            const tokenizer::tokenizer& t = *tok_;
-            auto g = engine::generate(
-                **s, ids, gp, [&t](int32_t id) { return t.is_eog(id); },
-                [&](int32_t id) { text += t.piece(id); });
-            if (!g.ok()) {
-                py::gil_scoped_acquire acquire;
-                raise(g.error());
-            }
-            stats_ = stats_of(**s, *g, run_length);
+            st = run_generation(ids, gp, sp, run_length, &text, &stats);
         }
+        check(st);
+        stats_ = std::move(stats);
         return text_of(text);
     }
 
@@ -278,16 +271,14 @@ public:
         }
         const engine::session_params sp = session_params(kv, kv_type, prefill_chunk, n_ctx);
         std::vector<float> out;
+        status st;
         {
             py::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(mutex_);
             auto s = engine::session::create(*model_, sp, static_cast<int64_t>(ids.size()));
-            status st = s.ok() ? (*s)->process(ids, model::logits_mode::all, &out) : s.error();
-            if (!st.ok()) {
-                py::gil_scoped_acquire acquire;
-                raise(st);
-            }
+            st = s.ok() ? (*s)->process(ids, model::logits_mode::all, &out) : s.error();
         }
+        check(st);
         const auto vocab = static_cast<py::ssize_t>(model_->params().n_vocab);
         py::array_t<float> a({static_cast<py::ssize_t>(ids.size()), vocab});
         std::copy(out.begin(), out.end(), a.mutable_data());
@@ -325,6 +316,16 @@ public:
     int eos() const { return tok_->eos(); }
 
 private:
+    // What a generation ran and kept (plain values: filled with the GIL released).
+    struct stats_values {
+        std::string policy, kv_type;
+        int units = 0;
+        int64_t slots_per_unit = 0, positions = 0, kept = 0, evicted = 0, kv_bytes = 0, full_kv_bytes = 0;
+        int64_t prefill_tokens = 0, decode_tokens = 0, generated = 0;
+        double prefill_seconds = 0, decode_seconds = 0;
+        bool stopped_at_eos = false;
+    };
+
     // A 1-D integer array (or sequence) of token ids.
     static std::vector<int32_t> token_ids(const py::array& a) {
         const char kind = a.dtype().kind();
@@ -349,6 +350,20 @@ private:
         return ids;
     }
 
+    // One generation, without the GIL: the text (the generated pieces) and the statistics.
+    status run_generation(std::span<const int32_t> ids, const engine::generation_params& gp,
+                          const engine::session_params& sp, int64_t run_length, std::string* text,
+                          stats_values* stats) {
+        H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(*model_, sp, run_length));
+        const tokenizer::tokenizer& t = *tok_;
+        H2OKV_ASSIGN_OR_RETURN(const engine::generation g,
+                               engine::generate(
+                                   *s, ids, gp, [&t](int32_t id) { return t.is_eog(id); },
+                                   [&](int32_t id) { *text += t.piece(id); }));
+        *stats = stats_of(*s, g, run_length);
+        return ok_status();
+    }
+
     static engine::session_params session_params(const std::string& kv, const std::string& kv_type,
                                                  int prefill_chunk, int64_t n_ctx) {
         engine::session_params sp;
@@ -360,15 +375,6 @@ private:
         return sp;
     }
 
-    // What a generation ran and kept (plain values: filled with the GIL released).
-    struct stats_values {
-        std::string policy, kv_type;
-        int units = 0;
-        int64_t slots_per_unit = 0, positions = 0, kept = 0, evicted = 0, kv_bytes = 0, full_kv_bytes = 0;
-        int64_t prefill_tokens = 0, decode_tokens = 0, generated = 0;
-        double prefill_seconds = 0, decode_seconds = 0;
-        bool stopped_at_eos = false;
-    };
     stats_values stats_of(const engine::session& s, const engine::generation& g, int64_t run_length) const {
         stats_values v;
         const auto& pol = s.cache().policy();
