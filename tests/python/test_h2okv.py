@@ -15,6 +15,7 @@ import os
 import pathlib
 import subprocess
 import tempfile
+import threading
 import unittest
 
 import numpy as np
@@ -232,6 +233,21 @@ class ModelTests(unittest.TestCase):
         for _ in range(20):
             chain = np.append(chain, np.argmax(self.m.logits(chain)[-1])).astype(np.int32)
         self.assertEqual(self.m.detokenize(chain[1:]), "Once upon a time" + self.m.generate("Once upon a time", 20))
+
+    def test_threads_share_a_model(self):
+        want = self.m.generate("Once upon a time", 60, kv="h2o:budget=16")
+        got = [None] * 4
+
+        def work(i):
+            got[i] = self.m.generate("Once upon a time", 60, kv="h2o:budget=16")
+            self.m.last_stats()
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(got, [want] * 4)
 
     def test_errors(self):
         with self.assertRaises(OSError) as cm:
