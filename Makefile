@@ -81,7 +81,7 @@ cli-doc: release
 	/usr/bin/python3 scripts/gen_cli_doc.py ./build/release/tools/h2okv/h2okv docs/CLI.md
 
 format:
-	@find include src tools tests bench examples \( -name '*.h' -o -name '*.c' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
+	@find include src tools tests bench examples python \( -name '*.h' -o -name '*.c' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
 
 clean:
 	rm -rf build

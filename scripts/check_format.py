@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 import sys
 
-DIRS = ["include", "src", "tools", "tests", "bench", "examples"]
+DIRS = ["include", "src", "tools", "tests", "bench", "examples", "python"]
 SUFFIXES = {".h", ".hpp", ".c", ".cpp", ".cc"}
 
 

@@ -11,6 +11,7 @@ packages=(
   clang-format
   clang libclang-rt-14-dev libomp-dev  # scripts/fuzz.sh: clang, libFuzzer, clang's OpenMP
   python3 python3-numpy python3-matplotlib
+  python3-dev pybind11-dev python3-pybind11  # the Python module (python/, docs/PYTHON.md)
 )
 
 missing=()
