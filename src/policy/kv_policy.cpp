@@ -180,11 +180,8 @@ status kv_policy::init() {
             t.budget = budget(t.unit);
             t.recent = recent(t.unit);
             t.decay = decay(t.unit);
-            // A table serves one unit, or all of them alike: the unit's capacity is that of any of its heads.
-            const int layer = st.shared ? 0 : t.unit / (f.n_units == 1 ? 1 : f.n_units / layout_.n_layer);
-            const int g = config_.gran == granularity::head ? t.unit % layout_.n_kv_head : 0;
-            const auto cap =
-                static_cast<int32_t>(f.head_capacity[static_cast<size_t>(layer * layout_.n_kv_head + g)]);
+            // A table serves one unit, or all of them alike (then every unit has the same capacity).
+            const auto cap = static_cast<int32_t>(f.unit_capacity[static_cast<size_t>(t.unit)]);
             // A chunk never holds more tokens than there are slots.
             allocate_table(t, cap, static_cast<int>(std::min<int64_t>(layout_.max_chunk, cap)),
                            config_.positions == position_mode::rolling);

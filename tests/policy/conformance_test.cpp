@@ -260,7 +260,9 @@ TEST_P(conformance, MatchesReferenceOnRandomRuns) {
         }
     }
     // Per-unit budgets reached the policy (every evicting policy accepts some allocation).
-    if (policy::policy_evicts(name)) EXPECT_GE(allocated, 1) << name << " never ran with per-unit budgets";
+    if (policy::policy_evicts(name)) {
+        EXPECT_GE(allocated, 1) << name << " never ran with per-unit budgets";
+    }
     RecordProperty("runs", static_cast<int>(runs));
     RecordProperty("steps", static_cast<int>(steps));
     RecordProperty("refused", static_cast<int>(refused));

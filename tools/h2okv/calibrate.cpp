@@ -1,15 +1,19 @@
 // h2okv calibrate: measures a model's attention on a calibration text and writes the KV configuration
 // (per-layer recent shares and decay, per-head budget shares) that --kv-config loads.
 //
-// 1. Statistics (one full-cache pass): per global layer, the attention mass by distance (t - p) of every
+// The text is cut into --segments consecutive runs of --max-tokens (BOS + text tokens each), the run length
+// the configuration is for.
+// 1. Statistics (a full-cache pass per segment): per global layer, the attention mass by distance (t - p) of
+// every
 //    query past the budget; per (layer, KV head), the positions a row needs to cover 90 % of its mass
 //    (how concentrated the head's attention is).
 // 2. Candidates: per-layer recent shares from the mass by distance (layer l protects the distance that
 //    holds a fraction q of its attention mass, as a share of the budget) next to uniform shares; decays;
 //    per-head budget shares (Ada-KV: a layer's total split in proportion to the heads' 90 % counts, each
 //    head at least --head-floor of the layer's mean), which become fixed per-head capacities.
-// 3. Selection: each candidate's streaming perplexity on the calibration text under h2o at the budget; the
-//    lowest is written. Held-out evaluation is the user's (scripts/run_calibrate.sh): the text a
+// 3. Selection: a coordinate search (decay; then recent shares at that decay; decay again; then the
+//    per-head shares), each candidate scored by its streaming perplexity over the segments under h2o at the
+//    budget; the lowest is written. Held-out evaluation is the user's (scripts/run_calibrate.sh): the text a
 //    configuration was chosen on says nothing about its quality elsewhere.
 #include <fmt/format.h>
 #include <omp.h>
@@ -37,6 +41,7 @@ struct calibrate_options {
     std::string budget;
     std::string output_path;
     int64_t max_tokens = 0;
+    int segments = 4;
     int chunk = 1;
     double head_floor = 0.5;
     std::string kv_type = "f16";
@@ -62,12 +67,14 @@ int64_t distance_holding(const std::vector<double>& mass_at, double q) {
     return static_cast<int64_t>(mass_at.size());
 }
 
-result<attention_stats> measure(model::model& m, std::span<const int32_t> tokens, int64_t budget, int chunk) {
+// One full-cache pass per segment (each BOS + text tokens, all of one length), accumulated.
+result<attention_stats> measure(model::model& m, const std::vector<std::vector<int32_t>>& segments,
+                                int64_t budget, int chunk) {
     const model::hparams& hp = m.params();
     attention_stats st;
     st.n_layer = hp.n_layer - hp.n_sliding();
     st.n_kv_head = hp.n_kv_head;
-    const auto n = tokens.size();
+    const auto n = segments.front().size();
     st.mass_at.assign(static_cast<size_t>(st.n_layer), std::vector<double>(n, 0.0));
     st.need90.assign(static_cast<size_t>(st.n_layer) * st.n_kv_head, 0.0);
     std::vector<int> global_index(static_cast<size_t>(hp.n_layer), -1);
@@ -77,12 +84,13 @@ result<attention_stats> measure(model::model& m, std::span<const int32_t> tokens
     engine::session_params sp;
     sp.prefill_chunk = chunk;
     sp.n_ctx = static_cast<int64_t>(n);
-    H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(m, sp, static_cast<int64_t>(n)));
     const int group = hp.gqa_group();
     std::vector<float> sorted;
     int64_t rows = 0;
-    s->cache().set_weights_observer(
-        [&](int layer, int head, int64_t t, std::span<const int64_t> positions, std::span<const float> w) {
+    for (const auto& tokens : segments) {
+        H2OKV_ASSIGN_OR_RETURN(auto s, engine::session::create(m, sp, static_cast<int64_t>(n)));
+        s->cache().set_weights_observer([&](int layer, int head, int64_t t,
+                                            std::span<const int64_t> positions, std::span<const float> w) {
             const int li = global_index[static_cast<size_t>(layer)];
             if (li < 0 || t < budget) return;  // rows of a cache within budget evict nothing
             if (li == 0 && head == 0) ++rows;
@@ -99,8 +107,9 @@ result<attention_stats> measure(model::model& m, std::span<const int32_t> tokens
             while (k < sorted.size() && acc < 0.9 * total) acc += static_cast<double>(sorted[k++]);
             st.need90[static_cast<size_t>(li * st.n_kv_head + head / group)] += static_cast<double>(k);
         });
-    std::vector<float> logits;
-    H2OKV_RETURN_IF_ERROR(s->process(tokens, model::logits_mode::none, &logits));
+        std::vector<float> logits;
+        H2OKV_RETURN_IF_ERROR(s->process(tokens, model::logits_mode::none, &logits));
+    }
     st.rows = rows;
     const double per_head = std::max<int64_t>(1, rows) * static_cast<double>(group);
     for (double& x : st.need90) x /= per_head;
@@ -143,15 +152,23 @@ int run_calibrate(const calibrate_options& o) {
     if (!text.ok()) return fail(text.error().with_context("-f"));
     auto ids = tok->encode(*text, /*add_special=*/false, /*parse_special=*/false);
     if (!ids.ok()) return fail(ids.error());
-    std::vector<int32_t> tokens{tok->bos()};
-    tokens.insert(tokens.end(), ids->begin(), ids->end());
     const model::hparams& hp = lm->model->params();
     const int64_t limit = o.max_tokens > 0 ? o.max_tokens : hp.n_ctx_train;
-    if (limit < 2) return fail(invalid_argument("--max-tokens {} must be >= 2 (BOS + one)", limit));
-    if (static_cast<int64_t>(tokens.size()) > limit) tokens.resize(static_cast<size_t>(limit));
-    if (tokens.size() < 16) {
-        return fail(invalid_argument("-f '{}' has {} tokens; calibration needs at least 16", o.text_path,
-                                     tokens.size()));
+    if (limit < 16) return fail(invalid_argument("--max-tokens {} must be >= 16 (BOS + 15)", limit));
+    // Segments: consecutive stretches of the text, each BOS + limit - 1 tokens (the runs the configuration
+    // is for); choosing on several makes the choice less the accident of one passage.
+    const auto per = static_cast<size_t>(limit - 1);
+    if (ids->size() < per * static_cast<size_t>(o.segments)) {
+        return fail(invalid_argument(
+            "-f '{}' has {} tokens; {} segments of {} need {} (lower --segments or --max-tokens)",
+            o.text_path, ids->size(), o.segments, limit, per * static_cast<size_t>(o.segments)));
+    }
+    std::vector<std::vector<int32_t>> segments;
+    for (int k = 0; k < o.segments; ++k) {
+        std::vector<int32_t> seg{tok->bos()};
+        seg.insert(seg.end(), ids->begin() + static_cast<ptrdiff_t>(k * per),
+                   ids->begin() + static_cast<ptrdiff_t>((k + 1) * per));
+        segments.push_back(std::move(seg));
     }
     if (!(o.head_floor > 0.0 && o.head_floor <= 1.0)) {
         return fail(invalid_argument("--head-floor {} must be in (0, 1] (a share of the layer's mean budget)",
@@ -159,7 +176,7 @@ int run_calibrate(const calibrate_options& o) {
     }
     auto bspec = policy::budget_spec::parse(o.budget);
     if (!bspec.ok()) return fail(bspec.error().with_context("--kv-budget"));
-    const auto n = static_cast<int64_t>(tokens.size());
+    const auto n = static_cast<int64_t>(limit);
     auto budget = bspec->resolve(n);
     if (!budget.ok()) return fail(budget.error().with_context("--kv-budget"));
     const int64_t b = *budget;
@@ -172,8 +189,9 @@ int run_calibrate(const calibrate_options& o) {
     auto type = kv::parse_kv_type(o.kv_type);
     if (!type.ok()) return fail(type.error().with_context("--kv-type"));
 
-    fmt::print(stderr, "calibrate: {} tokens of '{}', budget {} ({} tokens)\n", n, o.text_path, o.budget, b);
-    auto st = measure(*lm->model, tokens, b, 64);
+    fmt::print(stderr, "calibrate: {} segments of {} tokens of '{}', budget {} ({} tokens)\n", o.segments, n,
+               o.text_path, o.budget, b);
+    auto st = measure(*lm->model, segments, b, 64);
     if (!st.ok()) return fail(st.error());
     const int n_layer = st->n_layer;
 
@@ -207,31 +225,55 @@ int run_calibrate(const calibrate_options& o) {
         sp.kv_type = *type;
         sp.prefill_chunk = o.chunk;
         sp.n_ctx = n;
-        H2OKV_ASSIGN_OR_RETURN(const eval::perplexity_result r,
-                               eval::perplexity(*lm->model, tokens, sp, o.chunk, nullptr));
-        c.perplexity = r.perplexity;
+        // exp of the mean NLL over every segment's predictions.
+        double nll = 0.0;
+        int64_t predicted = 0;
+        for (const auto& seg : segments) {
+            H2OKV_ASSIGN_OR_RETURN(const eval::perplexity_result r,
+                                   eval::perplexity(*lm->model, seg, sp, o.chunk, nullptr));
+            nll += r.mean_nll * static_cast<double>(r.n_predicted);
+            predicted += r.n_predicted;
+        }
+        c.perplexity = std::exp(nll / static_cast<double>(predicted));
         fmt::print(stderr, "calibrate: {:<52} decay {:<5} shares {:<3} perplexity {:.4f}\n", c.label,
                    c.decays.empty() ? 1.0 : c.decays[0], c.shares.empty() ? "no" : "yes", c.perplexity);
         return ok_status();
     };
-    // Every recent candidate with every decay, then the best with the per-head shares.
+    // A coordinate search: the decays at h2o's half-budget window, the recent candidates at the best decay,
+    // the decays again at the best recent shares, then the best with the per-head shares. (h2o's defaults and
+    // h2o with decay 0.98 are among the first runs.)
     std::vector<candidate> tried;
-    for (const candidate& r : recents) {
-        for (double d : {1.0, 0.99, 0.98, 0.95, 0.9}) {
-            candidate c = r;
-            if (d != 1.0) c.decays.assign(static_cast<size_t>(n_layer), d);
-            if (status s = evaluate(c); !s.ok()) return fail(s);
-            tried.push_back(c);
+    candidate best;
+    const auto consider = [&](candidate c) -> status {
+        for (const candidate& t : tried) {
+            if (t.recents == c.recents && t.decays == c.decays && t.shares == c.shares) return ok_status();
         }
+        H2OKV_RETURN_IF_ERROR(evaluate(c));
+        tried.push_back(c);
+        if (c.perplexity < best.perplexity) best = c;
+        return ok_status();
+    };
+    const auto with_decay = [&](candidate c, double d) {
+        c.decays.clear();
+        if (d != 1.0) c.decays.assign(static_cast<size_t>(n_layer), d);
+        return c;
+    };
+    constexpr double k_decays[] = {1.0, 0.99, 0.98, 0.95, 0.9};
+    for (double d : k_decays) {
+        if (status s = consider(with_decay(recents.front(), d)); !s.ok()) return fail(s);
     }
-    candidate best =
-        *std::min_element(tried.begin(), tried.end(),
-                          [](const candidate& a, const candidate& c) { return a.perplexity < c.perplexity; });
+    const std::vector<double> best_decays = best.decays;
+    for (candidate r : recents) {
+        r.decays = best_decays;
+        if (status s = consider(r); !s.ok()) return fail(s);
+    }
+    const candidate best_recent = best;
+    for (double d : k_decays) {
+        if (status s = consider(with_decay(best_recent, d)); !s.ok()) return fail(s);
+    }
     candidate with_shares = best;
     with_shares.shares = ada;
-    if (status s = evaluate(with_shares); !s.ok()) return fail(s);
-    tried.push_back(with_shares);
-    if (with_shares.perplexity < best.perplexity) best = with_shares;
+    if (status s = consider(with_shares); !s.ok()) return fail(s);
 
     nlohmann::json stats = nlohmann::json::array();
     for (int l = 0; l < n_layer; ++l) {
@@ -271,6 +313,7 @@ int run_calibrate(const calibrate_options& o) {
                           {"model_sha256", lm->file->sha256()},
                           {"text", o.text_path},
                           {"tokens", n},
+                          {"segments", o.segments},
                           {"statistics", stats},
                           {"candidates", candidates}};
     if (!best.decays.empty()) out["decays"] = best.decays;
@@ -301,8 +344,14 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
         ->required();
     cmd->add_option("-o,--output", o->output_path, "The configuration file to write (JSON)")->required();
     cmd->add_option("--max-tokens", o->max_tokens,
-                    "Calibrate on the first N tokens, BOS included (default: the model's trained context)")
+                    "Tokens per calibration run, BOS included: the run length the configuration is for "
+                    "(default: the model's trained context)")
         ->check(CLI::NonNegativeNumber);
+    cmd->add_option("--segments", o->segments,
+                    "Consecutive stretches of the text, of --max-tokens each, that statistics and candidates "
+                    "are measured on (perplexity over all of them)")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
     cmd->add_option("--kv-prefill-chunk", o->chunk,
                     "Text tokens per chunk of the candidates' perplexity runs (default 1, as perplexity)")
         ->check(CLI::PositiveNumber);

@@ -118,10 +118,10 @@ result<kv_config> read_kv_config(const std::string& path) {
         return fail(fmt::format("a field is missing or of the wrong type ({})", e.what()));
     }
     for (const auto& item : j.items()) {
-        static const std::set<std::string> known = {"format",      "version", "policy",     "budget",
-                                                    "granularity", "n_layer", "n_kv_head",  "shares",
-                                                    "recents",     "decays",  "model",      "model_sha256",
-                                                    "text",        "tokens",  "statistics", "candidates"};
+        static const std::set<std::string> known = {
+            "format",    "version", "policy",   "budget",     "granularity", "n_layer",
+            "n_kv_head", "shares",  "recents",  "decays",     "model",       "model_sha256",
+            "text",      "tokens",  "segments", "statistics", "candidates"};
         if (known.count(item.key()) == 0) {
             return fail(
                 fmt::format("unknown field '{}' (a field this version does not read could change the "
