@@ -4,6 +4,7 @@
 // the equivalent spec through the library), with the per-unit budgets' real KV bytes; bad files and flag
 // combinations exit 1 with a message naming the problem.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -108,7 +109,7 @@ TEST(CalibrateCli, WritesAConfigurationThatPerplexityRunsExactly) {
         const std::string msg = run_command(
             kCli + " perplexity -f " + text + " --max-tokens 64 --kv-config " + bad + " " + flags + " 2>&1",
             &code);
-        EXPECT_EQ(code, 1) << msg;
+        EXPECT_EQ(WEXITSTATUS(code), 1) << msg;
         EXPECT_NE(msg.find(want), std::string::npos) << "want '" << want << "' in: " << msg;
     };
     refused(
@@ -161,7 +162,7 @@ TEST(CalibrateCli, PyramidScheduleGivesRealPerLayerCapacities) {
             run_command(kCli + " perplexity -f " + text + " --max-tokens 64 --kv-policy h2o --kv-budget 8 " +
                             flags + " 2>&1",
                         &rc);
-        EXPECT_EQ(rc, 1) << flags << ": " << msg;
+        EXPECT_EQ(WEXITSTATUS(rc), 1) << flags << ": " << msg;
         EXPECT_NE(msg.find(want), std::string::npos) << flags << ": want '" << want << "' in: " << msg;
     }
 }
