@@ -40,7 +40,7 @@ def calibrate_section(res, lines):
         lines.append(f"### {model}, evaluated on {text} ({n} tokens)\n")
         if full:
             lines.append(f"Full cache: **{full['perplexity']:.4f}**.\n")
-        lines.append("| budget | calibrated | chosen on | " + " | ".join(BASELINES) + " | ≤ best |")
+        lines.append("| budget | calibrated | chosen on: configuration | " + " | ".join(BASELINES) + " | ≤ best |")
         lines.append("|---|---|---|" + "---|" * len(BASELINES) + "---|")
         budgets = sorted({r["budget_spec"] for r in rs if r["policy_name"] != "full"}, key=float, reverse=True)
         wins = 0
@@ -56,7 +56,11 @@ def calibrate_section(res, lines):
             if os.path.exists(cal["kv_config"]):
                 with open(cal["kv_config"], encoding="utf-8") as f:
                     cfg = json.load(f)
-                chosen = os.path.basename(cfg.get("text", "?"))
+                recents = cfg.get("recents", [])
+                shown = ("recent share " + "/".join(f"{x:.2f}" for x in recents)) if recents else "h2o's recent"
+                decay = cfg.get("decays", [1.0])[0]
+                chosen = (f"{os.path.basename(cfg.get('text', '?'))}: {shown}, decay {decay:g}"
+                          + (", per-head shares" if cfg.get("shares") else ""))
             ok = cal["perplexity"] <= best
             wins += ok
             lines.append(f"| {b} | **{cal['perplexity']:.4f}** | {chosen} | " + " | ".join(cells) +
