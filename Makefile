@@ -38,9 +38,9 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 90 minutes on 2 cores:
-# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, kvquant and speed a
-# few each).
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 110 minutes on 2 cores:
+# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, calibrate about 20,
+# kvquant and speed a few each).
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
