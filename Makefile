@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps cli demo kvquant test test-debug release results speed throughput rolling ruler cli-doc format clean
+.PHONY: all deps cli demo kvquant calibrate test test-debug release results speed throughput rolling ruler cli-doc format clean
 
 all: release
 
@@ -38,13 +38,14 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 90 minutes on 2 cores:
-# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, kvquant and speed a
-# few each).
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 110 minutes on 2 cores:
+# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, calibrate about 20,
+# kvquant and speed a few each).
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
 	bash scripts/run_kvquant.sh results
+	bash scripts/run_calibrate.sh results
 	bash scripts/run_speed.sh results
 	bash scripts/run_throughput.sh results
 	bash scripts/run_ruler.sh results
@@ -69,6 +70,12 @@ rolling: release
 # Re-measures only the "Eviction x KV quantization" section (a few minutes).
 kvquant: release
 	bash scripts/run_kvquant.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the "Calibrated configurations" section (h2okv calibrate, held-out perplexity; about 20
+# minutes on 2 cores).
+calibrate: release
+	bash scripts/run_calibrate.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh; about 30 minutes).

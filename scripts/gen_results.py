@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from plot_eval import POLICY_ORDER, label, load, plot_accuracy, policy_order, plot_kept_map, plot_perplexity  # noqa: E402
 from gen_rolling import rolling_section  # noqa: E402
 from gen_kvquant import kvquant_section  # noqa: E402
+from gen_calibrate import calibrate_section  # noqa: E402
 from plot_ruler import budget_of, plot_budget, plot_depth  # noqa: E402
 
 
@@ -635,6 +636,7 @@ def main():
             lines.append("")
     rolling_section(res, img_dir, lines)
     kvquant_section(res, lines)
+    calibrate_section(res, lines)
     traces = sorted(glob.glob(os.path.join(res, "*.trace.jsonl")))
     if traces:
         trace_section(traces[0], img_dir, lines)

@@ -92,7 +92,8 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
                            policy::kv_policy::plan(pp, layout_of(hp, max_chunk, n_ctx), run_length));
     cache_footprint fp;
     fp.capacity = pf.capacity;
-    fp.kv_bytes = slot_store::bytes_for(hp.n_layer - n_sliding, hp.n_kv_head, hp.head_dim, pf.capacity, type);
+    fp.head_capacity = pf.head_capacity;
+    fp.kv_bytes = slot_store::bytes_for(hp.head_dim, pf.head_capacity, type);
     if (n_sliding > 0) {
         if (pf.positions == policy::position_mode::rolling) {
             return invalid_argument(
@@ -110,8 +111,8 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     // Per unit: the attended slot list (int32 per slot); when the policy reads attention, the score rows of
     // one layer's units (double per slot).
     const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
-    fp.table_bytes += pf.table_bytes + (pf.capacity * 4 + 4) * pf.n_units + pf.capacity * 8 * rows;
-    // A policy that keeps its own copy of the keys (f32).
+    fp.table_bytes += pf.table_bytes + pf.total_slots() * 4 + 4 * pf.n_units + pf.capacity * 8 * rows;
+    // A policy that keeps its own copy of the keys (f32), sized by its largest unit.
     fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
     // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (rope_dim
     // floats per slot and distinct rope of the layers), one layer's keys in f32 (head_dim floats per slot and
@@ -141,7 +142,7 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
                            policy::kv_policy::create(pp, layout_of(hp, max_chunk, n_ctx), run_length));
     const int n_sliding = hp.n_sliding();
     H2OKV_ASSIGN_OR_RETURN(auto store, slot_store::create(hp.n_layer - n_sliding, hp.n_kv_head, hp.head_dim,
-                                                          pol->capacity(), type));
+                                                          fp.head_capacity, type));
     std::unique_ptr<kv_cache> c(new kv_cache(hp, std::move(pol), std::move(store), fp));
     int n_kind[2] = {0, 0};
     for (int l = 0; l < hp.n_layer; ++l) {
@@ -165,7 +166,8 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         const auto cap = static_cast<size_t>(c->capacity());
         c->attended_.resize(units);
         c->n_kept_.assign(units, 0);
-        for (auto& a : c->attended_) a.reserve(cap);
+        for (size_t u = 0; u < units; ++u)
+            c->attended_[u].reserve(static_cast<size_t>(c->policy_->capacity(static_cast<int>(u))));
         if (c->policy_->needs_attention()) {
             c->rows_.assign(static_cast<size_t>(rows_in_flight(hp, pp.gran)), std::vector<double>(cap, 0.0));
         }

@@ -1,5 +1,6 @@
 #include "h2okv/kv/slot_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -52,25 +53,53 @@ int64_t slot_store::bytes_for(int n_layer, int n_kv_head, int head_dim, int64_t 
     return 2 * int64_t{n_layer} * n_kv_head * capacity * static_cast<int64_t>(kv_row_bytes(type, head_dim));
 }
 
+int64_t slot_store::bytes_for(int head_dim, std::span<const int64_t> head_capacity, kv_type type) noexcept {
+    int64_t rows = 0;
+    for (int64_t c : head_capacity) rows += c;
+    return 2 * rows * static_cast<int64_t>(kv_row_bytes(type, head_dim));
+}
+
 result<slot_store> slot_store::create(int n_layer, int n_kv_head, int head_dim, int64_t capacity,
                                       kv_type type) {
+    const std::vector<int64_t> each(static_cast<size_t>(std::max(0, n_layer) * std::max(0, n_kv_head)),
+                                    capacity);
+    if (n_layer < 1 || n_kv_head < 1 || capacity < 1) {
+        return invalid_argument("slot store: {} layers, {} KV heads, {} slots; expected each >= 1", n_layer,
+                                n_kv_head, capacity);
+    }
+    return create(n_layer, n_kv_head, head_dim, each, type);
+}
+
+result<slot_store> slot_store::create(int n_layer, int n_kv_head, int head_dim,
+                                      std::span<const int64_t> head_capacity, kv_type type) {
     if (!kernels::attend_supports(kv_tensor_type(type), head_dim)) {
         return invalid_argument(
             "KV type {} stores blocks of 32 elements, but this model's head_dim is {}, not a multiple of 32; "
             "use --kv-type f16 or f32",
             kv_type_name(type), head_dim);
     }
-    if (n_layer < 1 || n_kv_head < 1 || capacity < 1) {
-        return invalid_argument("slot store: {} layers, {} KV heads, {} slots; expected each >= 1", n_layer,
-                                n_kv_head, capacity);
+    if (n_layer < 1 || n_kv_head < 1) {
+        return invalid_argument("slot store: {} layers, {} KV heads; expected each >= 1", n_layer, n_kv_head);
+    }
+    const size_t heads = static_cast<size_t>(n_layer) * static_cast<size_t>(n_kv_head);
+    if (head_capacity.size() != heads) {
+        return invalid_argument("slot store: {} head capacities for {} layers x {} KV heads",
+                                head_capacity.size(), n_layer, n_kv_head);
     }
     slot_store s;
     s.n_kv_head_ = n_kv_head;
     s.head_dim_ = head_dim;
-    s.capacity_ = capacity;
     s.type_ = type;
     s.row_bytes_ = kv_row_bytes(type, head_dim);
-    const auto n = static_cast<size_t>(bytes_for(n_layer, n_kv_head, head_dim, capacity, type) / 2);
+    s.first_row_.resize(heads + 1, 0);
+    for (size_t h = 0; h < heads; ++h) {
+        if (head_capacity[h] < 1) {
+            return invalid_argument("slot store: head {} has {} slots; expected >= 1", h, head_capacity[h]);
+        }
+        s.capacity_ = std::max(s.capacity_, head_capacity[h]);
+        s.first_row_[h + 1] = s.first_row_[h] + static_cast<size_t>(head_capacity[h]);
+    }
+    const size_t n = s.first_row_[heads] * s.row_bytes_;
     try {
         s.k_.assign(n, std::byte{0});
         s.v_.assign(n, std::byte{0});
@@ -81,16 +110,19 @@ result<slot_store> slot_store::create(int n_layer, int n_kv_head, int head_dim, 
     return s;
 }
 
+int64_t slot_store::capacity(int layer, int kv_head) const noexcept {
+    const size_t head = static_cast<size_t>(layer) * n_kv_head_ + static_cast<size_t>(kv_head);
+    return static_cast<int64_t>(first_row_[head + 1] - first_row_[head]);
+}
+
 kernels::kv_rows slot_store::view(const std::vector<std::byte>& store, int layer,
                                   int kv_head) const noexcept {
     const size_t head = static_cast<size_t>(layer) * n_kv_head_ + static_cast<size_t>(kv_head);
-    return {kv_tensor_type(type_), store.data() + head * static_cast<size_t>(capacity_) * row_bytes_,
-            row_bytes_};
+    return {kv_tensor_type(type_), store.data() + first_row_[head] * row_bytes_, row_bytes_};
 }
 
 void slot_store::put(std::vector<std::byte>& store, size_t head, int32_t slot, const float* x) noexcept {
-    std::byte* dst =
-        store.data() + (head * static_cast<size_t>(capacity_) + static_cast<size_t>(slot)) * row_bytes_;
+    std::byte* dst = store.data() + (first_row_[head] + static_cast<size_t>(slot)) * row_bytes_;
     if (type_ == kv_type::f32) {
         std::memcpy(dst, x, row_bytes_);
     } else {

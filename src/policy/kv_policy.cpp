@@ -22,8 +22,8 @@ struct policy_state {
     bool custom_rows = false;
     const score_pass_fns* pass = nullptr;
     int n_units = 1;
-    int32_t capacity = 0;
-    int64_t next = 0;  // the first position of the next chunk
+    int32_t capacity = 0;  // the largest table's
+    int64_t next = 0;      // the first position of the next chunk
     int64_t chunk_first = 0;
     int chunk_n = 0;
     bool in_chunk = false;
@@ -101,6 +101,10 @@ void renumber(unit_table& t) {
 
 }  // namespace
 
+int64_t footprint::total_slots() const {
+    return std::accumulate(unit_capacity.begin(), unit_capacity.end(), int64_t{0});
+}
+
 kv_policy::kv_policy(resolved_params config, layout l)
     : config_(std::move(config)), layout_(l), state_(std::make_unique<detail::policy_state>()) {}
 
@@ -113,27 +117,47 @@ result<footprint> kv_policy::measure() const {
         case granularity::layer: f.n_units = layout_.n_layer; break;
         case granularity::model: f.n_units = 1; break;
     }
-    int64_t capacity = layout_.max_positions;
-    if (config_.budget > 0 && config_.budget <= layout_.max_positions - layout_.max_chunk) {
-        capacity = config_.budget + layout_.max_chunk;
-    }
+    const auto capacity_of = [&](int64_t budget) {
+        return budget > 0 && budget <= layout_.max_positions - layout_.max_chunk ? budget + layout_.max_chunk
+                                                                                 : layout_.max_positions;
+    };
     constexpr int64_t k_max_slots = std::numeric_limits<int32_t>::max();
-    if (capacity > k_max_slots) {
-        return invalid_argument("{}: {} slots per unit exceed the limit of {} (max_positions {}, budget {})",
-                                config_.name, capacity, k_max_slots, layout_.max_positions, config_.budget);
-    }
-    f.capacity = capacity;
     f.needs_attention = needs_attention();
     f.stored_keys_per_slot = stored_keys_per_slot();
     f.positions = config_.positions;
-    // A decision that reads neither attention nor keys cannot differ between units: they share one table.
-    f.n_tables = f.needs_attention || needs_keys() ? f.n_units : 1;
+    // A decision that reads neither attention nor keys cannot differ between units: they share one table,
+    // unless the units have budgets or protections of their own.
+    const bool own = !config_.unit_budget.empty();
+    f.n_tables = f.needs_attention || needs_keys() || own ? f.n_units : 1;
     // allocate_table's vectors: pos, score, kept, free_heap (and rolling) per slot; chunk, victim_slot,
     // victim_pos per chunk token; and the shared scratch.
-    const int64_t chunk = std::min<int64_t>(layout_.max_chunk, capacity);
     const int64_t rolling = config_.positions == position_mode::rolling ? 4 : 0;
-    const int64_t per_table = capacity * (8 + 8 + 4 + 4 + rolling) + chunk * (4 + 4 + 8);
-    f.table_bytes = per_table * f.n_tables + capacity * 4;
+    std::vector<int64_t> unit_capacity(static_cast<size_t>(f.n_units));
+    for (int u = 0; u < f.n_units; ++u) {
+        const int64_t capacity =
+            capacity_of(own ? config_.unit_budget[static_cast<size_t>(u)] : config_.budget);
+        if (capacity > k_max_slots) {
+            return invalid_argument(
+                "{}: {} slots per unit exceed the limit of {} (max_positions {}, budget {})", config_.name,
+                capacity, k_max_slots, layout_.max_positions,
+                own ? config_.unit_budget[static_cast<size_t>(u)] : config_.budget);
+        }
+        unit_capacity[static_cast<size_t>(u)] = capacity;
+        f.capacity = std::max(f.capacity, capacity);
+        if (u < f.n_tables) {
+            const int64_t chunk = std::min<int64_t>(layout_.max_chunk, capacity);
+            f.table_bytes += capacity * (8 + 8 + 4 + 4 + rolling) + chunk * (4 + 4 + 8);
+        }
+    }
+    f.table_bytes += f.capacity * 4;
+    f.unit_capacity = unit_capacity;
+    f.head_capacity.resize(static_cast<size_t>(layout_.n_layer) * layout_.n_kv_head);
+    for (int layer = 0; layer < layout_.n_layer; ++layer) {
+        for (int g = 0; g < layout_.n_kv_head; ++g) {
+            f.head_capacity[static_cast<size_t>(layer * layout_.n_kv_head + g)] =
+                unit_capacity[static_cast<size_t>(unit_of(layer, g))];
+        }
+    }
     return f;
 }
 
@@ -153,9 +177,13 @@ status kv_policy::init() {
         for (auto& t : st.tables) {
             t.unit = static_cast<int>(&t - st.tables.data());
             t.scratch = st.scratch.data();
+            t.budget = budget(t.unit);
+            t.recent = recent(t.unit);
+            t.decay = decay(t.unit);
+            // A table serves one unit, or all of them alike (then every unit has the same capacity).
+            const auto cap = static_cast<int32_t>(f.unit_capacity[static_cast<size_t>(t.unit)]);
             // A chunk never holds more tokens than there are slots.
-            allocate_table(t, st.capacity,
-                           static_cast<int>(std::min<int64_t>(layout_.max_chunk, st.capacity)),
+            allocate_table(t, cap, static_cast<int>(std::min<int64_t>(layout_.max_chunk, cap)),
                            config_.positions == position_mode::rolling);
             t.scores_all_zero = !st.reads_attention && !st.reads_keys;
         }
@@ -211,6 +239,22 @@ int64_t kv_policy::capacity() const {
     return state_->capacity;
 }
 
+int64_t kv_policy::capacity(int unit) const {
+    return static_cast<int64_t>(table(unit).pos.size());
+}
+
+int64_t kv_policy::budget(int unit) const {
+    return config_.unit_budget.empty() ? config_.budget : config_.unit_budget[static_cast<size_t>(unit)];
+}
+
+int64_t kv_policy::recent(int unit) const {
+    return config_.unit_recent.empty() ? config_.recent : config_.unit_recent[static_cast<size_t>(unit)];
+}
+
+double kv_policy::decay(int unit) const {
+    return config_.unit_decay.empty() ? config_.decay : config_.unit_decay[static_cast<size_t>(unit)];
+}
+
 status kv_policy::begin_chunk(int64_t first, int n) {
     auto& st = *state_;
     if (st.in_chunk) {
@@ -240,10 +284,10 @@ status kv_policy::begin_chunk(int64_t first, int n) {
             if (!t.rolling.empty()) t.rolling[slot] = t.n_kept + i;
         }
         t.n_chunk = n;
-        const int64_t over = config_.budget > 0 ? t.n_kept + n - config_.budget : 0;
+        const int64_t over = t.budget > 0 ? t.n_kept + n - t.budget : 0;
         t.victims_due = static_cast<int32_t>(std::max<int64_t>(0, over));
         t.evictable_lo = config_.sinks;
-        t.evictable_hi = first + n - config_.recent;
+        t.evictable_hi = first + n - t.recent;
         t.lowest_hint = -1;
     }
     for (size_t k = 0; k < st.tables.size(); ++k) on_begin_chunk(st.tables[k], static_cast<int>(k));
@@ -279,10 +323,10 @@ void kv_policy::apply_row(int unit, int i, const double* row) {
     }
     if (i == st.chunk_n - 1 && t.victims_due == 1) {
         // The chunk's last row: its pass also finds the victim, so end_chunk needs no second pass.
-        t.lowest_hint = st.pass->add_row_find_lowest(t.score.data(), row, t.pos.data(), t.high_water,
-                                                     config_.decay, t.evictable_lo, t.evictable_hi);
+        t.lowest_hint = st.pass->add_row_find_lowest(t.score.data(), row, t.pos.data(), t.high_water, t.decay,
+                                                     t.evictable_lo, t.evictable_hi);
     } else {
-        st.pass->add_row(t.score.data(), row, t.high_water, config_.decay);
+        st.pass->add_row(t.score.data(), row, t.high_water, t.decay);
         t.lowest_hint = -1;
     }
 }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -15,7 +16,8 @@
 namespace h2okv::policy {
 namespace {
 
-constexpr const char* k_param_names = "budget, recent, sinks, decay, granularity, positions";
+constexpr const char* k_param_names =
+    "budget, recent, sinks, decay, granularity, positions, schedule, ratio, shares, recents, decays";
 
 std::string_view trim(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -40,7 +42,45 @@ std::string fraction_text(double f) {
     return s;
 }
 
+// "1.5/0.5/1" -> {1.5, 0.5, 1}: every item a number.
+result<std::vector<double>> parse_list(std::string_view key, std::string_view value) {
+    std::vector<double> out;
+    while (true) {
+        const size_t slash = value.find('/');
+        const std::string_view item = trim(value.substr(0, slash));
+        double v = 0.0;
+        if (!parse_number(item, v)) {
+            return invalid_argument("{}: '{}' is not a number; expected numbers separated by '/' (1.2/0.8)",
+                                    key, item);
+        }
+        out.push_back(v);
+        if (slash == std::string_view::npos) break;
+        value = value.substr(slash + 1);
+    }
+    return out;
+}
+
+std::string list_text(const std::vector<double>& v) {
+    return fmt::format("{}", fmt::join(v, "/"));
+}
+
 }  // namespace
+
+const char* budget_schedule_name(budget_schedule s) {
+    return s == budget_schedule::pyramid ? "pyramid" : "uniform";
+}
+
+result<budget_schedule> parse_budget_schedule(std::string_view s) {
+    for (budget_schedule b : {budget_schedule::uniform, budget_schedule::pyramid}) {
+        if (s == budget_schedule_name(b)) return b;
+    }
+    return invalid_argument("unknown budget schedule '{}'; valid: uniform, pyramid", s);
+}
+
+bool resolved_params::uneven_budgets() const {
+    return std::any_of(unit_budget.begin(), unit_budget.end(),
+                       [&](int64_t b) { return b != unit_budget.front(); });
+}
 
 const char* granularity_name(granularity g) {
     switch (g) {
@@ -164,6 +204,18 @@ result<params> params::parse(std::string_view spec) {
             auto m = parse_position_mode(value);
             if (!m.ok()) return fail(m.error());
             p.positions = *m;
+        } else if (key == "schedule") {
+            auto b = parse_budget_schedule(value);
+            if (!b.ok()) return fail(b.error());
+            p.schedule = *b;
+        } else if (key == "ratio") {
+            double v = 0.0;
+            if (!parse_number(value, v)) return fail(invalid_argument("ratio '{}' is not a number", value));
+            p.ratio = v;
+        } else if (key == "shares" || key == "recents" || key == "decays") {
+            auto list = parse_list(key, value);
+            if (!list.ok()) return fail(list.error());
+            (key == "shares" ? p.shares : key == "recents" ? p.recents : p.decays) = std::move(*list);
         } else {
             const detail::policy_entry* entry = detail::find_policy(p.name);
             std::string valid = k_param_names;
@@ -196,6 +248,12 @@ std::string params::to_string() const {
     if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
     if (positions != position_mode::original) items.emplace_back("positions=rolling");
     for (const auto& [key, value] : extra) items.push_back(fmt::format("{}={}", key, value));
+    if (schedule != budget_schedule::uniform)
+        items.push_back(fmt::format("schedule={}", budget_schedule_name(schedule)));
+    if (ratio) items.push_back(fmt::format("ratio={}", *ratio));
+    if (!shares.empty()) items.push_back("shares=" + list_text(shares));
+    if (!recents.empty()) items.push_back("recents=" + list_text(recents));
+    if (!decays.empty()) items.push_back("decays=" + list_text(decays));
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }
@@ -204,7 +262,11 @@ std::string resolved_params::to_string() const {
     std::vector<std::string> items;
     if (budget > 0) {
         items.push_back(fmt::format("budget={}", budget));
-        items.push_back(fmt::format("recent={}", recent));
+        // Units whose recent is their own default (floor of their budget / 2) re-derive it from the
+        // allocation, so recent is written only when every unit protects the same.
+        const bool one_recent =
+            std::all_of(unit_recent.begin(), unit_recent.end(), [&](int64_t r) { return r == recent; });
+        if (one_recent || !recents.empty()) items.push_back(fmt::format("recent={}", recent));
         items.push_back(fmt::format("sinks={}", sinks));
         if (decay != 1.0) items.push_back(fmt::format("decay={}", decay));
     }
@@ -220,6 +282,13 @@ std::string resolved_params::to_string() const {
         }
         if (!is_default) items.push_back(fmt::format("{}={}", key, value));
     }
+    if (schedule != budget_schedule::uniform) {
+        items.push_back(fmt::format("schedule={}", budget_schedule_name(schedule)));
+        items.push_back(fmt::format("ratio={}", ratio));
+    }
+    if (!shares.empty()) items.push_back("shares=" + list_text(shares));
+    if (!recents.empty()) items.push_back("recents=" + list_text(recents));
+    if (!decays.empty()) items.push_back("decays=" + list_text(decays));
     if (items.empty()) return name;
     return fmt::format("{}:{}", name, fmt::join(items, ","));
 }

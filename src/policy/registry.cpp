@@ -5,9 +5,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <limits>
 #include <new>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,159 @@ std::vector<std::string> policy_names() {
     return names;
 }
 
+namespace {
+
+int units_of(granularity g, const layout& l) {
+    switch (g) {
+        case granularity::head: return l.n_layer * l.n_kv_head;
+        case granularity::layer: return l.n_layer;
+        case granularity::model: return 1;
+    }
+    return 1;
+}
+
+// Clause 11: the units' budgets. Weights w_u (pyramid: 1 + ratio * (L - 1 - 2l) / (L - 1) for the units of
+// layer l; shares: as given); the total T = n_units * budget is split as x_u = T * w_u / sum(w), each unit
+// takes floor(x_u) and the T - sum(floor) tokens left go one each to the largest remainders x_u - floor(x_u)
+// (a tie to the lower unit); a unit below 1 token gets 1.
+result<std::vector<int64_t>> unit_budgets(const params& p, const resolved_params& base, const layout& l,
+                                          int n_units) {
+    std::vector<double> w(static_cast<size_t>(n_units), 1.0);
+    if (p.schedule == budget_schedule::pyramid) {
+        const double r = p.ratio.value_or(0.5);
+        if (!(r >= 0.0 && r < 1.0)) {
+            return invalid_argument(
+                "{}: schedule=pyramid needs ratio in [0, 1) (the last layer keeps (1 - ratio) "
+                "x budget); got {}",
+                base.name, r);
+        }
+        if (p.gran == granularity::model) {
+            return invalid_argument(
+                "{}: schedule=pyramid varies budgets across layers, but granularity=model has one unit for "
+                "all of them; use granularity head or layer",
+                base.name);
+        }
+        const int per_layer = n_units / l.n_layer;
+        for (int u = 0; u < n_units; ++u) {
+            const int layer = u / per_layer;
+            w[static_cast<size_t>(u)] =
+                l.n_layer == 1 ? 1.0
+                               : 1.0 + r * static_cast<double>(l.n_layer - 1 - 2 * layer) / (l.n_layer - 1);
+        }
+    } else if (p.ratio) {
+        return invalid_argument(
+            "{}: ratio applies to schedule=pyramid only; leave it out or add schedule=pyramid", base.name);
+    }
+    if (!p.shares.empty()) {
+        if (p.schedule != budget_schedule::uniform) {
+            return invalid_argument(
+                "{}: shares and schedule={} both set the units' budgets; give one of them", base.name,
+                budget_schedule_name(p.schedule));
+        }
+        if (p.shares.size() != static_cast<size_t>(n_units)) {
+            return invalid_argument(
+                "{}: {} shares given, but granularity={} has {} units ({} layers x {} KV heads under head, "
+                "one "
+                "per layer under layer); a calibration is for one model and one granularity",
+                base.name, p.shares.size(), granularity_name(p.gran), n_units, l.n_layer, l.n_kv_head);
+        }
+        for (size_t u = 0; u < p.shares.size(); ++u) {
+            if (!(p.shares[u] > 0.0 && std::isfinite(p.shares[u]))) {
+                return invalid_argument("{}: share {} of unit {} must be a positive number", base.name,
+                                        p.shares[u], u);
+            }
+        }
+        w = p.shares;
+    }
+    double sum = 0.0;
+    for (double x : w) sum += x;
+    const int64_t total = base.budget * n_units;
+    std::vector<int64_t> b(w.size());
+    std::vector<double> rest(w.size());
+    int64_t given = 0;
+    for (size_t u = 0; u < w.size(); ++u) {
+        const double x = static_cast<double>(total) * w[u] / sum;
+        b[u] = static_cast<int64_t>(std::floor(x));
+        rest[u] = x - static_cast<double>(b[u]);
+        given += b[u];
+    }
+    std::vector<size_t> order(w.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return rest[a] > rest[c]; });
+    for (size_t k = 0; given < total && k < order.size(); ++k, ++given) ++b[order[k]];
+    for (int64_t& x : b) x = std::max<int64_t>(1, x);
+    return b;
+}
+
+// A per-layer list (recents, decays) must name every layer.
+status check_per_layer(std::string_view policy, std::string_view key, const std::vector<double>& v,
+                       const layout& l) {
+    if (v.empty() || v.size() == static_cast<size_t>(l.n_layer)) return ok_status();
+    return invalid_argument("{}: {} has {} entries; expected one per layer ({})", policy, key, v.size(),
+                            l.n_layer);
+}
+
+// Resolves every unit with its own budget, recent and decay through the policy's own rule, so each unit is
+// validated (and defaulted) exactly as a uniform policy of that budget would be.
+status allocate(const policy_entry& entry, const params& given, const layout& l, int64_t run_length,
+                resolved_params& config) {
+    const bool any = given.schedule != budget_schedule::uniform || given.ratio || !given.shares.empty() ||
+                     !given.recents.empty() || !given.decays.empty();
+    if (!any || config.budget == 0) return ok_status();  // `full` ignores budgets, and so their allocation
+    config.schedule = given.schedule;
+    config.ratio = given.schedule == budget_schedule::pyramid ? given.ratio.value_or(0.5) : 0.0;
+    config.shares = given.shares;
+    config.recents = given.recents;
+    config.decays = given.decays;
+    H2OKV_RETURN_IF_ERROR(check_per_layer(entry.name, "recents", given.recents, l));
+    H2OKV_RETURN_IF_ERROR(check_per_layer(entry.name, "decays", given.decays, l));
+    if ((!given.recents.empty() || !given.decays.empty()) && given.gran == granularity::model &&
+        l.n_layer > 1) {
+        return invalid_argument(
+            "{}: recents and decays are per layer, but granularity=model has one unit for "
+            "all layers; use granularity head or layer",
+            entry.name);
+    }
+    const int n_units = units_of(given.gran, l);
+    H2OKV_ASSIGN_OR_RETURN(const std::vector<int64_t> budgets, unit_budgets(given, config, l, n_units));
+    const int per_layer = given.gran == granularity::model ? 1 : n_units / l.n_layer;
+    for (int u = 0; u < n_units; ++u) {
+        const auto layer = static_cast<size_t>(given.gran == granularity::model ? 0 : u / per_layer);
+        params pu = given;
+        pu.budget = budget_spec::count(budgets[static_cast<size_t>(u)]);
+        if (!given.recents.empty()) {
+            const double f = given.recents[layer];
+            if (!(f >= 0.0 && f < 1.0)) {
+                return invalid_argument(
+                    "{}: recents entry {} of layer {} must be in [0, 1) (a share of the unit's budget)",
+                    entry.name, f, layer);
+            }
+            pu.recent =
+                static_cast<int64_t>(std::floor(f * static_cast<double>(budgets[static_cast<size_t>(u)])));
+        }
+        if (!given.decays.empty()) pu.decay = given.decays[layer];
+        auto r = entry.resolve(pu, run_length);
+        if (!r.ok()) {
+            return r.error().with_context(
+                fmt::format("unit {} (layer {}) with budget {}", u, layer, budgets[static_cast<size_t>(u)]));
+        }
+        config.unit_budget.push_back(r->budget);
+        config.unit_recent.push_back(r->recent);
+        config.unit_decay.push_back(r->decay);
+    }
+    if (config.uneven_budgets() && given.positions == position_mode::rolling) {
+        return invalid_argument(
+            "{}: rolling positions need every unit to hold as many tokens (clause 8), but the allocation "
+            "gives "
+            "budgets from {} to {}; use --kv-positions original or a uniform allocation",
+            entry.name, *std::min_element(config.unit_budget.begin(), config.unit_budget.end()),
+            *std::max_element(config.unit_budget.begin(), config.unit_budget.end()));
+    }
+    return ok_status();
+}
+
+}  // namespace
+
 result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout& l, int64_t run_length) {
     const detail::policy_entry* entry = detail::find_policy(p.name);
     if (entry == nullptr) {
@@ -199,6 +354,7 @@ result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout
     config.gran = p.gran;
     // Nothing moves in a cache that never evicts: its ranks are its positions.
     config.positions = config.budget > 0 ? p.positions : position_mode::original;
+    H2OKV_RETURN_IF_ERROR(allocate(*entry, given, l, run_length, config));
     try {
         return entry->make(config, l);
     } catch (const std::bad_alloc&) {

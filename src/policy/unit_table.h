@@ -33,6 +33,11 @@ struct unit_table {
     std::vector<int64_t> victim_pos;   // and their positions, ascending
 
     int unit = 0;  // the unit this table serves (0 for a table every unit shares)
+    // The unit's own budget, recent and decay (clause 11; the policy's when the units are uniform), and its
+    // slots (pos.size()).
+    int64_t budget = 0;
+    int64_t recent = 0;
+    double decay = 1.0;
     int32_t n_kept = 0;
     int32_t n_chunk = 0;
     int32_t n_victims = 0;

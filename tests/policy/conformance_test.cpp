@@ -84,6 +84,32 @@ random_run make_random_run(const std::string& name, granularity g, std::mt19937_
     return run;
 }
 
+// Clause 11: with some chance, budgets per unit (a pyramid schedule or random shares), per-layer recent
+// shares and per-layer decays, which the policy may refuse like any other parameter.
+void add_random_allocation(random_run& run, const int (&shape)[3], std::mt19937_64& rng) {
+    auto coin = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+    auto real = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+    if (!coin(0.4)) return;
+    const int n_layer = shape[0];
+    const int n_units = run.p.gran == granularity::head    ? shape[0] * shape[1]
+                        : run.p.gran == granularity::layer ? shape[0]
+                                                           : 1;
+    if (coin(0.5)) {
+        run.p.schedule = policy::budget_schedule::pyramid;
+        if (coin(0.7)) run.p.ratio = real(0.0, 0.95);
+    } else {
+        for (int u = 0; u < n_units; ++u) run.p.shares.push_back(real(0.1, 3.0));
+    }
+    if (coin(0.4)) {
+        for (int l = 0; l < n_layer; ++l) run.p.recents.push_back(real(0.0, 0.99));
+    }
+    if (coin(0.3)) {
+        constexpr double decays[] = {1.0, 0.98, 0.9, 0.5};
+        for (int l = 0; l < n_layer; ++l)
+            run.p.decays.push_back(decays[std::uniform_int_distribution<int>(0, 3)(rng)]);
+    }
+}
+
 layout make_layout(const int (&shape)[3], const std::vector<int>& chunks, int64_t length) {
     layout l;
     l.n_layer = shape[0];
@@ -107,12 +133,13 @@ void check_invariants(const kv_policy& pol, int64_t first, int n, const std::vec
             EXPECT_EQ(pol.n_kept(u), next) << "a policy without budget keeps everything";
             continue;
         }
-        EXPECT_LE(pol.n_kept(u), c.budget) << "budget exceeded";
+        const int64_t budget = pol.budget(u);
+        EXPECT_LE(pol.n_kept(u), budget) << "budget exceeded";
         // Nothing is evicted below the budget, and exactly enough is evicted above it.
-        const int64_t want_victims = std::max<int64_t>(0, held_before[u] + n - c.budget);
+        const int64_t want_victims = std::max<int64_t>(0, held_before[u] + n - budget);
         EXPECT_EQ(static_cast<int64_t>(pol.victims(u).size()), want_victims);
         for (int64_t p = 0; p < std::min(c.sinks, next); ++p) EXPECT_TRUE(kept_set.count(p)) << "sink " << p;
-        for (int64_t p = std::max<int64_t>(0, next - c.recent); p < next; ++p) {
+        for (int64_t p = std::max<int64_t>(0, next - pol.recent(u)); p < next; ++p) {
             EXPECT_TRUE(kept_set.count(p)) << "recent position " << p << " was evicted";
         }
     }
@@ -124,7 +151,8 @@ void check_slots(const kv_policy& pol) {
     for (int u = 0; u < pol.n_units(); ++u) {
         SCOPED_TRACE(::testing::Message() << "unit " << u);
         const auto positions = pol.slot_positions(u);
-        ASSERT_EQ(static_cast<int64_t>(positions.size()), pol.capacity());
+        ASSERT_EQ(static_cast<int64_t>(positions.size()), pol.capacity(u));
+        EXPECT_LE(pol.capacity(u), pol.capacity());
         std::vector<int64_t> from_slots;
         std::set<int32_t> kept_slots;
         EXPECT_TRUE(std::is_sorted(pol.kept_slots(u).begin(), pol.kept_slots(u).end()))
@@ -136,7 +164,7 @@ void check_slots(const kv_policy& pol) {
         std::sort(from_slots.begin(), from_slots.end());
         EXPECT_EQ(from_slots, pol.kept_positions(u));
         int64_t occupied = 0;
-        for (int64_t s = 0; s < pol.capacity(); ++s) {
+        for (int64_t s = 0; s < pol.capacity(u); ++s) {
             if (positions[s] >= 0) ++occupied;
             if (positions[s] < 0) {
                 EXPECT_EQ(kept_slots.count(static_cast<int32_t>(s)), 0u);
@@ -155,12 +183,13 @@ class conformance : public ::testing::TestWithParam<std::string> {};
 TEST_P(conformance, MatchesReferenceOnRandomRuns) {
     const std::string name = GetParam();
     std::mt19937_64 rng(std::hash<std::string>{}(name));
-    int64_t steps = 0, runs = 0, refused = 0;
+    int64_t steps = 0, runs = 0, refused = 0, allocated = 0;
     for (granularity g : k_granularities) {
         for (const auto& shape : k_layouts) {
             int accepted = 0;
             for (int attempt = 0; attempt < 60 && accepted < 6; ++attempt) {
-                const random_run run = make_random_run(name, g, rng);
+                random_run run = make_random_run(name, g, rng);
+                add_random_allocation(run, shape, rng);
                 const layout l = make_layout(shape, run.chunks, run.length);
                 auto created = kv_policy::create(run.p, l, run.length);
                 if (!created.ok()) {
@@ -170,6 +199,7 @@ TEST_P(conformance, MatchesReferenceOnRandomRuns) {
                 ++accepted;
                 ++runs;
                 kv_policy& pol = **created;
+                if (pol.config().uneven_budgets()) ++allocated;
                 SCOPED_TRACE(::testing::Message() << pol.config().to_string() << " layout " << shape[0] << "x"
                                                   << shape[1] << "x" << shape[2] << " length " << run.length);
                 auto ref = reference_for(pol);
@@ -229,9 +259,14 @@ TEST_P(conformance, MatchesReferenceOnRandomRuns) {
             EXPECT_GE(accepted, 1) << name << " refused every random configuration";
         }
     }
+    // Per-unit budgets reached the policy (every evicting policy accepts some allocation).
+    if (policy::policy_evicts(name)) {
+        EXPECT_GE(allocated, 1) << name << " never ran with per-unit budgets";
+    }
     RecordProperty("runs", static_cast<int>(runs));
     RecordProperty("steps", static_cast<int>(steps));
     RecordProperty("refused", static_cast<int>(refused));
+    RecordProperty("per_unit_budgets", static_cast<int>(allocated));
 }
 
 INSTANTIATE_TEST_SUITE_P(every_policy, conformance, ::testing::ValuesIn(policy::policy_names()),

@@ -41,6 +41,7 @@ inline std::optional<reference_policy> reference_for(const policy::kv_policy& po
     const auto& c = pol.config();
     reference_policy ref(*rule, c.budget, c.recent, c.sinks, c.decay, pol.n_units());
     ref.set_policy(c.name, c.extra, static_cast<int>(pol.heads_of(0).size()));
+    if (!c.unit_budget.empty()) ref.set_units(c.unit_budget, c.unit_recent, c.unit_decay);
     return ref;
 }
 

@@ -116,6 +116,14 @@ public:
     reference_policy(rule r, int64_t budget, int64_t recent, int64_t sinks, double decay, int n_units)
         : rule_(r), budget_(budget), recent_(recent), sinks_(sinks), decay_(decay), units_(n_units) {}
 
+    // Clause 11: each unit's own budget, recent and decay (n_units entries each), in place of the shared
+    // ones.
+    void set_units(std::vector<int64_t> budgets, std::vector<int64_t> recents, std::vector<double> decays) {
+        unit_budget_ = std::move(budgets);
+        unit_recent_ = std::move(recents);
+        unit_decay_ = std::move(decays);
+    }
+
     void begin_chunk(int64_t first, int n) {
         if (in_chunk_ || first != next_ || n < 1) throw std::logic_error("reference: bad begin_chunk");
         first_ = first;
@@ -158,8 +166,9 @@ private:
             return;
         }
         // Decay every score present now: kept positions, and chunk positions < t (those a query has touched).
-        if (decay_ != 1.0) {
-            for (auto& [pos, score] : u.scores) score = score * decay_;
+        const double decay = unit_decay_.empty() ? decay_ : unit_decay_.at(unit_of(u));
+        if (decay != 1.0) {
+            for (auto& [pos, score] : u.scores) score = score * decay;
         }
         for (const auto& [pos, w] : increments) {
             const bool kept = pos < first_ && u.scores.count(pos) == 1;
@@ -179,10 +188,11 @@ public:
         for (unit& u : units_) {
             if (proxy_ && !u.keys.empty()) proxy_rows(u);
             for (int64_t p = first_; p < first_ + n_; ++p) u.scores.emplace(p, 0.0);  // admit
-            const int unit_index = static_cast<int>(&u - units_.data());
-            if (scoring_ == scoring::key_distance && std::ssize(u.scores) > budget_) rank_by_distance(u);
-            if (scoring_ == scoring::snap && std::ssize(u.scores) > budget_) rank_by_votes(u);
-            while (rule_ != rule::none && static_cast<int64_t>(u.scores.size()) > budget_) {
+            const int unit_index = unit_of(u);
+            const int64_t budget = unit_budget_.empty() ? budget_ : unit_budget_.at(unit_index);
+            if (scoring_ == scoring::key_distance && std::ssize(u.scores) > budget) rank_by_distance(u);
+            if (scoring_ == scoring::snap && std::ssize(u.scores) > budget) rank_by_votes(u);
+            while (rule_ != rule::none && static_cast<int64_t>(u.scores.size()) > budget) {
                 const int64_t victim = pick_victim(u, unit_index);
                 u.scores.erase(victim);
                 u.history.erase(victim);
@@ -334,7 +344,8 @@ private:
         const std::map<int64_t, double>& scores = u.scores;
         // Protected: the sinks, and the `recent` largest positions held right now.
         std::set<int64_t> recent_window;
-        for (auto it = scores.rbegin(); it != scores.rend() && std::ssize(recent_window) < recent_; ++it) {
+        const int64_t recent = unit_recent_.empty() ? recent_ : unit_recent_.at(unit_index);
+        for (auto it = scores.rbegin(); it != scores.rend() && std::ssize(recent_window) < recent; ++it) {
             recent_window.insert(it->first);
         }
         std::optional<int64_t> best;
@@ -354,9 +365,13 @@ private:
         return *best;
     }
 
+    int unit_of(const unit& u) const { return static_cast<int>(&u - units_.data()); }
+
     rule rule_;
     int64_t budget_, recent_, sinks_;
     double decay_;
+    std::vector<int64_t> unit_budget_, unit_recent_;
+    std::vector<double> unit_decay_;
     scoring scoring_ = scoring::decayed_sum;
     int heads_ = 1;
     int history_ = 32;

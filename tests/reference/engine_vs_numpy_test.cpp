@@ -4,6 +4,8 @@
 // bundled model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and 128, GQA 1, 4 and 8,
 // separate output, F16, BF16, Q8_0 and Q4_K weights; every architecture's own parts) and on ../shared's
 // h2o-eval-5M model when present.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -98,6 +100,12 @@ std::string numpy_flags(const run_config& c) {
     if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);
     if (p->decay) f += " --decay " + fmt::format("{}", *p->decay);
     if (p->positions == policy::position_mode::rolling) f += " --positions rolling";
+    if (p->schedule != policy::budget_schedule::uniform)
+        f += std::string(" --schedule ") + policy::budget_schedule_name(p->schedule);
+    if (p->ratio) f += fmt::format(" --ratio {}", *p->ratio);
+    if (!p->shares.empty()) f += fmt::format(" --shares {}", fmt::join(p->shares, "/"));
+    if (!p->recents.empty()) f += fmt::format(" --recents {}", fmt::join(p->recents, "/"));
+    if (!p->decays.empty()) f += fmt::format(" --decays {}", fmt::join(p->decays, "/"));
     for (const auto& [key, value] : p->extra) f += fmt::format(" --param {}={}", key, value);
     if (!c.act_quant) f += " --no-act-quant";
     return f;
@@ -239,6 +247,15 @@ const std::vector<run_config> kRuns = {
     {"keydiff:budget=10,recent=3,granularity=model", 5},
     {"h2o:budget=12,proxy=1", 1},
     {"scissorhands:budget=10,recent=3,history=8,granularity=layer,proxy=1", 7},
+    // Budgets per unit (clause 11): the model's 5 layers x 4 KV heads get their own capacities.
+    {"h2o:budget=12,schedule=pyramid,ratio=0.6", 1},
+    {"h2o:budget=10,schedule=pyramid,granularity=layer,recents=0.2/0.4/0.6/0.8/0.3,decays=1/0.98/0.9/1/0.95",
+     5},
+    {"window:budget=10,schedule=pyramid,ratio=0.8", 4},
+    {"h2o:budget=9,shares=1/2/0.5/1.5/1/1/1/1/3/0.2/0.3/1/1/1/2/2/0.5/0.5/1/1,recents=0.5/0.3/0.7/0.5/0.1",
+     1},
+    {"keydiff:budget=12,shares=1/2/0.5/1.5/1/1/1/1/3/0.2/0.3/1/1/1/2/2/0.5/0.5/1/1", 5},
+    {"tova:budget=9,schedule=pyramid,ratio=0.5,granularity=layer", 7},
 };
 
 // Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): every evicting policy, prefill chunks and decode,

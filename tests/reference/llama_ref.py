@@ -661,11 +661,47 @@ def resolve_policy(name, budget, recent, sinks, decay):
     return budget, recent, sinks, 0.0
 
 
+def allocate_budgets(budget, n_units, n_layer, schedule="uniform", ratio=None, shares=None):
+    """Contract clause 11.1-11.3: per-unit budgets from a schedule or shares; total n_units * budget, split by
+    weight, floors first, the rest to the largest remainders (tie: lower unit), then at least 1 each."""
+    if schedule not in ("uniform", "pyramid"):
+        raise PolicyError(f"unknown budget schedule '{schedule}'")
+    per_layer = n_units // n_layer
+    if schedule == "pyramid":
+        if shares:
+            raise PolicyError("shares and schedule=pyramid both set the units' budgets")
+        r = 0.5 if ratio is None else ratio
+        if not 0.0 <= r < 1.0:
+            raise PolicyError(f"pyramid ratio {r} must be in [0, 1)")
+        if n_units == 1 and n_layer > 1:
+            raise PolicyError("schedule=pyramid needs granularity head or layer")
+        w = [1.0 if n_layer == 1 else 1.0 + r * (n_layer - 1 - 2 * (u // per_layer)) / (n_layer - 1)
+             for u in range(n_units)]
+    elif shares:
+        if len(shares) != n_units:
+            raise PolicyError(f"{len(shares)} shares for {n_units} units")
+        w = list(shares)
+    else:
+        w = [1.0] * n_units
+    total = budget * n_units
+    wsum = 0.0
+    for x in w:
+        wsum += x
+    xs = [total * x / wsum for x in w]
+    b = [int(math.floor(x)) for x in xs]
+    left = total - sum(b)
+    order = sorted(range(n_units), key=lambda u: (-(xs[u] - b[u]), u))
+    for u in order[:max(0, left)]:
+        b[u] += 1
+    return [max(1, x) for x in b]
+
+
 class Run:
     """The state of one run: K/V at every position, and per eviction unit a kept set with float64 scores."""
 
     def __init__(self, model, n_total, policy="full", budget=None, recent=0, sinks=0, decay=1.0,
-                 granularity="head", kv_type="f32", positions="original", extra=None):
+                 granularity="head", kv_type="f32", positions="original", extra=None, units=None):
+        """units: clause 11's (budgets, recents, decays) per unit, or None for the shared ones."""
         self.m = model
         self.extra = resolve_extra(policy, extra or {})
         if positions not in POSITION_MODES:
@@ -690,6 +726,10 @@ class Run:
             raise PolicyError("rolling positions are not defined for sliding-window layers")
         G = len(self.global_layers)
         self.n_units = {"head": G * H, "layer": G, "model": 1}[granularity]
+        if units is None:
+            units = ([budget] * self.n_units, [recent] * self.n_units, [decay] * self.n_units)
+        self.unit_budget, self.unit_recent = list(units[0]), list(units[1])
+        self.unit_decay = np.asarray(units[2], dtype=np.float64)[:, None]
         self.k = np.zeros((L, n_total, H, hd))
         self.v = np.zeros((L, n_total, H, hd))
         self.kept = np.zeros((self.n_units, n_total), dtype=bool)
@@ -855,8 +895,8 @@ class Run:
             # Present at query c0 + t: kept positions and chunk positions < c0 + t. Everything else holds 0
             # (positions not admitted yet) or is never read again (evicted), so scaling the whole row is the
             # same as scaling the present scores.
-            if self.decay < 1.0:
-                self.score[:, :c1] *= self.decay
+            if (self.unit_decay < 1.0).any():
+                self.score[:, :c1] *= self.unit_decay  # a unit with decay 1 is unchanged: x * 1.0 == x
             self.score[:, :c1] += inc[:, t]
 
     def _evict(self):
@@ -866,18 +906,19 @@ class Run:
             return
         by_position = self.policy in ("window", "streaming")
         for u in range(self.n_units):
+            budget, recent = self.unit_budget[u], self.unit_recent[u]
             held0 = np.flatnonzero(self.kept[u]).tolist()
-            distance = self._key_distance(u, held0) if self.policy == "keydiff" and len(held0) > self.budget else None
+            distance = self._key_distance(u, held0) if self.policy == "keydiff" and len(held0) > budget else None
             while True:
                 held = np.flatnonzero(self.kept[u])
-                if len(held) <= self.budget:
+                if len(held) <= budget:
                     break
-                protected_recent = set(held[len(held) - self.recent:].tolist()) if self.recent > 0 else set()
+                protected_recent = set(held[len(held) - recent:].tolist()) if recent > 0 else set()
                 if self.policy == "streaming":
                     protected_recent = set()  # the oldest non-sink goes, whatever `recent` says
                 cand = [p for p in held.tolist() if p >= self.sinks and p not in protected_recent]
                 if not cand:
-                    raise PolicyError(f"unit {u}: {len(held)} positions held, budget {self.budget}, "
+                    raise PolicyError(f"unit {u}: {len(held)} positions held, budget {budget}, "
                                       f"nothing evictable")
                 if by_position:
                     victim = cand[0]
@@ -973,6 +1014,11 @@ def main(argv=None):
                     help="a parameter of the policy's own (scissorhands: history; keyformer: tau, seed; "
                          "h2o, tova, scissorhands, keyformer: proxy)")
     ap.add_argument("--granularity", default="head")
+    ap.add_argument("--schedule", default="uniform", help="budgets per unit (contract clause 11): uniform or pyramid")
+    ap.add_argument("--ratio", type=float, help="the pyramid schedule's ratio (default 0.5)")
+    ap.add_argument("--shares", help="per-unit budget weights, w0/w1/... (clause 11)")
+    ap.add_argument("--recents", help="per-layer recent shares of each unit's budget, f0/f1/...")
+    ap.add_argument("--decays", help="per-layer decays, d0/d1/...")
     ap.add_argument("--positions", default="original", help="RoPE positions: original or rolling")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
     ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16, q8_0 or q4_0")
@@ -1036,8 +1082,25 @@ def main(argv=None):
             raise PolicyError(f"--param {item}: expected NAME=VALUE")
         key, value = item.split("=", 1)
         extra[key] = value
+    units = None
+    lists = {k: [float(x) for x in v.split("/")] if v else None
+             for k, v in (("shares", args.shares), ("recents", args.recents), ("decays", args.decays))}
+    if args.policy != "full" and (args.schedule != "uniform" or args.ratio is not None or any(lists.values())):
+        n_layer = sum(1 for s_ in model.sliding if not s_)
+        n_units = {"head": n_layer * model.n_kv, "layer": n_layer, "model": 1}[args.granularity]
+        budgets = allocate_budgets(budget, n_units, n_layer, args.schedule, args.ratio, lists["shares"])
+        per_layer = max(1, n_units // n_layer)
+        units = ([], [], [])
+        for u, b_u in enumerate(budgets):
+            layer = u // per_layer if args.granularity != "model" else 0
+            r_u = math.floor(lists["recents"][layer] * b_u) if lists["recents"] else args.recent
+            d_u = lists["decays"][layer] if lists["decays"] else args.decay
+            b_u, r_u, _, d_u = resolve_policy(args.policy, b_u, r_u, args.sinks, d_u)
+            units[0].append(b_u)
+            units[1].append(r_u)
+            units[2].append(d_u)
     run = Run(model, n_total, args.policy, budget, recent, sinks, decay, args.granularity, args.kv_type,
-              args.positions, extra)
+              args.positions, extra, units)
     trace = open(args.trace, "w") if args.trace else None
     logits = []
 

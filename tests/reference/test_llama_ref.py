@@ -471,5 +471,20 @@ class EvictionContract(unittest.TestCase):
                 R.resolve_budget(bad, 100)
 
 
+class Allocation(unittest.TestCase):
+    """Contract clause 11's budgets per unit, from the rule's worked examples."""
+
+    def test_pyramid_and_shares(self):
+        self.assertEqual(R.allocate_budgets(20, 5, 5, "pyramid", 0.5), [30, 25, 20, 15, 10])
+        self.assertEqual(R.allocate_budgets(20, 10, 5, "pyramid"), [30, 30, 25, 25, 20, 20, 15, 15, 10, 10])
+        self.assertEqual(R.allocate_budgets(10, 3, 3, shares=[1, 2, 4]), [4, 9, 17])
+        self.assertEqual(R.allocate_budgets(2, 3, 3, shares=[1, 1, 2]), [2, 1, 3])  # a tie: the lower unit
+        self.assertEqual(R.allocate_budgets(2, 2, 2, shares=[100, 0.001]), [4, 1])  # at least one
+        with self.assertRaises(R.PolicyError):
+            R.allocate_budgets(8, 4, 2, shares=[1, 2])
+        with self.assertRaises(R.PolicyError):
+            R.allocate_budgets(8, 1, 2, "pyramid")
+
+
 if __name__ == "__main__":
     unittest.main()

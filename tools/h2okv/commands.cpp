@@ -5,6 +5,7 @@ namespace h2okv::cli {
 void add_agreement_command(CLI::App&, int*);
 void add_batch_command(CLI::App&, int*);
 void add_bench_command(CLI::App&, int*);
+void add_calibrate_command(CLI::App&, int*);
 void add_generate_command(CLI::App&, int*);
 void add_gguf_command(CLI::App&, int*);
 void add_info_command(CLI::App&, int*);
@@ -20,6 +21,7 @@ void add_commands(CLI::App& app, int* exit_code) {
     add_agreement_command(app, exit_code);
     add_batch_command(app, exit_code);
     add_bench_command(app, exit_code);
+    add_calibrate_command(app, exit_code);
     add_generate_command(app, exit_code);
     add_gguf_command(app, exit_code);
     add_info_command(app, exit_code);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -46,12 +47,24 @@ void kv_options::add_to(CLI::App& cmd) {
         params_help += fmt::format("{}{} ({}; default {}): {}", params_help.empty() ? "" : "; ", x.name,
                                    owners, x.default_value, x.help);
     }
-    cmd.add_option("--kv-policy", policy, "KV eviction policy: " + names)->capture_default_str();
+    policy_option_ =
+        cmd.add_option("--kv-policy", policy, "KV eviction policy: " + names)->capture_default_str();
     cmd.add_option("--kv-param", policy_params,
                    "A parameter of the policy's own, NAME=VALUE (repeatable): " + params_help);
-    cmd.add_option(
+    budget_option_ = cmd.add_option(
         "--kv-budget", budget,
-        "KV budget per eviction unit: a token count (256) or a fraction of the run's length (0.2)");
+        "KV budget per eviction unit: a token count (256) or a fraction of the run's length (0.2); with "
+        "--kv-schedule or --kv-config, the mean over the units");
+    cmd.add_option("--kv-schedule", schedule,
+                   "Budgets across layers: uniform, or pyramid (PyramidKV: (1 + ratio) x budget at the first "
+                   "layer falling linearly to (1 - ratio) x budget at the last, same total; real per-unit "
+                   "capacities)")
+        ->capture_default_str();
+    cmd.add_option("--kv-ratio", ratio, "The pyramid schedule's ratio, in [0, 1) (default 0.5)");
+    cmd.add_option("--kv-config", config_path,
+                   "A KV configuration from `h2okv calibrate` (JSON): per-head budget shares, per-layer "
+                   "recent shares and decays; its policy and budget apply unless --kv-policy / --kv-budget "
+                   "are given");
     cmd.add_option("--kv-recent", recent, "Most recent tokens protected from eviction (default: per policy)");
     cmd.add_option("--kv-sinks", sinks, "First positions protected from eviction (default: per policy)");
     cmd.add_option("--kv-decay", decay, "Score decay per query position, in (0, 1] (h2o; default 1)");
@@ -70,16 +83,76 @@ void kv_options::add_to(CLI::App& cmd) {
         ->capture_default_str();
 }
 
+result<kv_config> read_kv_config(const std::string& path) {
+    const auto fail = [&](const std::string& what) {
+        return invalid_argument("--kv-config '{}': {}", path, what);
+    };
+    H2OKV_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        return fail(fmt::format("not JSON ({})", e.what()));
+    }
+    if (!j.is_object() || j.value("format", std::string()) != "h2okv-kv-config") {
+        return fail(
+            "expected a JSON object with \"format\": \"h2okv-kv-config\" (what h2okv calibrate writes)");
+    }
+    if (!j.contains("version") || j["version"] != 1) return fail("version must be 1");
+    kv_config c;
+    try {
+        c.policy = j.value("policy", std::string());
+        c.budget = j.value("budget", std::string());
+        c.n_layer = j.at("n_layer").get<int>();
+        c.n_kv_head = j.at("n_kv_head").get<int>();
+        auto g = policy::parse_granularity(j.value("granularity", std::string("head")));
+        if (!g.ok()) return fail(g.error().message());
+        c.gran = *g;
+        for (const char* key : {"shares", "recents", "decays"}) {
+            if (!j.contains(key)) continue;
+            auto& v = std::string_view(key) == "shares"    ? c.shares
+                      : std::string_view(key) == "recents" ? c.recents
+                                                           : c.decays;
+            v = j[key].get<std::vector<double>>();
+        }
+    } catch (const nlohmann::json::exception& e) {
+        return fail(fmt::format("a field is missing or of the wrong type ({})", e.what()));
+    }
+    for (const auto& item : j.items()) {
+        static const std::set<std::string> known = {
+            "format",    "version", "policy",   "budget",     "granularity", "n_layer",
+            "n_kv_head", "shares",  "recents",  "decays",     "model",       "model_sha256",
+            "text",      "tokens",  "segments", "statistics", "candidates"};
+        if (known.count(item.key()) == 0) {
+            return fail(
+                fmt::format("unknown field '{}' (a field this version does not read could change the "
+                            "configuration)",
+                            item.key()));
+        }
+    }
+    if (c.n_layer < 1 || c.n_kv_head < 1) return fail("n_layer and n_kv_head must be >= 1");
+    return c;
+}
+
 result<policy::params> kv_options::to_params() const {
     policy::params p;
     p.name = policy;
+    std::optional<kv_config> config;
+    if (!config_path.empty()) {
+        H2OKV_ASSIGN_OR_RETURN(config, read_kv_config(config_path));
+        const bool policy_given = policy_option_ != nullptr && policy_option_->count() > 0;
+        if (!policy_given && !config->policy.empty()) p.name = config->policy;
+    }
     // Eviction flags under a policy that keeps everything would be silently ignored: refuse them.
-    if (policy::facts_of(policy).ok() && !policy::policy_evicts(policy)) {
+    if (policy::facts_of(p.name).ok() && !policy::policy_evicts(p.name)) {
         std::vector<std::string> given;
         if (!budget.empty()) given.push_back("--kv-budget");
         if (recent) given.push_back("--kv-recent");
         if (sinks) given.push_back("--kv-sinks");
         if (decay) given.push_back("--kv-decay");
+        if (schedule != "uniform") given.push_back("--kv-schedule");
+        if (ratio) given.push_back("--kv-ratio");
+        if (!config_path.empty()) given.push_back("--kv-config");
         if (!given.empty()) {
             std::string evicting;
             for (const auto& f : policy::policy_catalog()) {
@@ -88,7 +161,7 @@ result<policy::params> kv_options::to_params() const {
             return invalid_argument(
                 "{} given, but --kv-policy is {}{}, which keeps every token and takes no budget; name an "
                 "evicting policy with --kv-policy ({})",
-                fmt::join(given, ", "), policy, policy == policy::params{}.name ? " (the default)" : "",
+                fmt::join(given, ", "), p.name, p.name == policy::params{}.name ? " (the default)" : "",
                 evicting);
         }
     }
@@ -96,7 +169,15 @@ result<policy::params> kv_options::to_params() const {
         auto b = policy::budget_spec::parse(budget);
         if (!b.ok()) return b.error().with_context("--kv-budget");
         p.budget = *b;
+    } else if (config && !config->budget.empty()) {
+        auto b = policy::budget_spec::parse(config->budget);
+        if (!b.ok()) return b.error().with_context(fmt::format("--kv-config '{}': budget", config_path));
+        p.budget = *b;
     }
+    auto sched = policy::parse_budget_schedule(schedule);
+    if (!sched.ok()) return sched.error().with_context("--kv-schedule");
+    p.schedule = *sched;
+    p.ratio = ratio;
     p.recent = recent;
     p.sinks = sinks;
     p.decay = decay;
@@ -120,6 +201,22 @@ result<policy::params> kv_options::to_params() const {
     auto m = policy::parse_position_mode(positions);
     if (!m.ok()) return m.error().with_context("--kv-positions");
     p.positions = *m;
+    if (config) {
+        if (config->gran != p.gran) {
+            return invalid_argument(
+                "--kv-config '{}' was calibrated for granularity {}, but --kv-granularity is {}; give "
+                "--kv-granularity {}",
+                config_path, policy::granularity_name(config->gran), policy::granularity_name(p.gran),
+                policy::granularity_name(config->gran));
+        }
+        if (p.schedule != policy::budget_schedule::uniform && !config->shares.empty()) {
+            return invalid_argument(
+                "--kv-schedule and --kv-config's shares both set the units' budgets; give one");
+        }
+        p.shares = config->shares;
+        p.recents = config->recents;
+        p.decays = config->decays;
+    }
     return p;
 }
 
@@ -212,6 +309,16 @@ result<std::vector<engine::session_params>> sweep_options::runs(const kv_options
         if (!p.ok()) return p.error().with_context("--sweep-policies");
         if (spec.find("granularity=") == std::string::npos) p->gran = base.kv.gran;
         if (spec.find("positions=") == std::string::npos) p->positions = base.kv.positions;
+        // The KV flags' allocation (--kv-schedule, --kv-config) applies to every spec without its own.
+        const bool own_allocation = p->schedule != policy::budget_schedule::uniform || !p->shares.empty() ||
+                                    !p->recents.empty() || !p->decays.empty();
+        if (!own_allocation && policy::policy_evicts(p->name)) {
+            p->schedule = base.kv.schedule;
+            p->ratio = base.kv.ratio;
+            p->shares = base.kv.shares;
+            p->recents = base.kv.recents;
+            p->decays = base.kv.decays;
+        }
         for (const auto& b : budgets) {
             engine::session_params sp = base;
             sp.kv = *p;

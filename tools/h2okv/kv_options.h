@@ -41,11 +41,33 @@ struct kv_options {
     std::string positions = "original";
     int prefill_chunk = 512;
     std::string kv_type = "f16";
+    // Budgets per unit (docs/EVICTION_CONTRACT.md clause 11): --kv-schedule/--kv-ratio (PyramidKV), or a
+    // --kv-config file (`h2okv calibrate`'s): per-unit budget shares, per-layer recent shares and decays,
+    // and the policy and budget used when --kv-policy / --kv-budget are not given.
+    std::string schedule = "uniform";
+    std::optional<double> ratio;
+    std::string config_path;
 
     void add_to(CLI::App& cmd);
     result<policy::params> to_params() const;
     result<engine::session_params> to_session_params(int64_t n_ctx) const;
+
+private:
+    CLI::Option* policy_option_ = nullptr;
+    CLI::Option* budget_option_ = nullptr;
 };
+
+// A --kv-config file: what `h2okv calibrate` writes and every KV subcommand reads.
+struct kv_config {
+    std::string policy;  // the policy spec it was calibrated for ("h2o"), may be empty
+    std::string budget;  // the budget it was calibrated at ("0.2"), may be empty
+    policy::granularity gran = policy::granularity::head;
+    int n_layer = 0;  // of the policy's (global) layers
+    int n_kv_head = 0;
+    std::vector<double> shares, recents, decays;
+};
+// Reads and validates a --kv-config file; errors name the file and the field.
+result<kv_config> read_kv_config(const std::string& path);
 
 // -n, --temp, --top-k, --top-p, --seed, --ignore-eos: how `generate` and `batch` generate.
 struct generation_options {

@@ -92,6 +92,7 @@ int run_perplexity(const perplexity_options& o) {
                                 {"evictions", r->evictions},
                                 {"kv_bytes", r->kv_bytes},
                                 {"seconds", r->seconds}};
+            if (!o.kv.config_path.empty()) j["kv_config"] = o.kv.config_path;
             if (o.nll_window > 0) {
                 j["nll_window"] = o.nll_window;
                 j["window_nll"] = r->window_nll;

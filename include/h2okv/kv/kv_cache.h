@@ -57,7 +57,9 @@ using weights_observer =
 
 // The memory of one sequence's cache, known before it is allocated (kv_cache::plan).
 struct cache_footprint {
-    int64_t capacity = 0;         // slots per unit of the global layers (the policy's)
+    int64_t capacity = 0;  // slots of the largest unit of the global layers (the policy's)
+    // Slots per (global layer, KV head), layer-major: each head's own unit's (clause 11).
+    std::vector<int64_t> head_capacity;
     int64_t window_capacity = 0;  // slots per KV head of a sliding-window layer (0: none)
     int64_t kv_bytes = 0;         // K and V rows at the type's real size, both kinds of layer
     int64_t table_bytes = 0;  // the policy's slot tables and the cache's per-unit slot lists and score rows
@@ -99,7 +101,9 @@ public:
     void set_row_observer(row_observer obs) { observer_ = std::move(obs); }
     void set_weights_observer(weights_observer obs) { weights_observer_ = std::move(obs); }
 
-    int64_t capacity() const { return store_.capacity(); }  // slots per unit of the global layers
+    // Slots of the largest unit of the global layers (every unit's, unless the allocation gives units
+    // budgets of their own).
+    int64_t capacity() const { return store_.capacity(); }
     kv_type type() const { return store_.type(); }
     // K and V storage allocated, at the type's real size, both kinds of layer.
     int64_t bytes() const { return store_.bytes() + window_store_.bytes(); }

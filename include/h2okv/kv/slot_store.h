@@ -1,4 +1,5 @@
-// The storage of a sequence's K and V: per (layer, KV head), `capacity` slot rows of head_dim elements in
+// The storage of a sequence's K and V: per (layer, KV head), its own number of slot rows (`capacity`, or
+// per head as the policy's units are sized, docs/EVICTION_CONTRACT.md clause 11) of head_dim elements in
 // one element type. Slot s of a head is written once per token that occupies it (the policy decides which)
 // and read by attention through a kernels::kv_rows view; nothing is ever moved.
 //
@@ -14,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,9 +44,14 @@ public:
     // allocation.
     static result<slot_store> create(int n_layer, int n_kv_head, int head_dim, int64_t capacity,
                                      kv_type type);
-    // Bytes create() allocates: K and V, n_layer * n_kv_head * capacity rows each.
+    // Per-head capacities: head_capacity has n_layer * n_kv_head entries (layer-major), each >= 1.
+    static result<slot_store> create(int n_layer, int n_kv_head, int head_dim,
+                                     std::span<const int64_t> head_capacity, kv_type type);
+    // Bytes create() allocates: K and V, n_layer * n_kv_head * capacity rows each (or the sum of
+    // head_capacity).
     static int64_t bytes_for(int n_layer, int n_kv_head, int head_dim, int64_t capacity,
                              kv_type type) noexcept;
+    static int64_t bytes_for(int head_dim, std::span<const int64_t> head_capacity, kv_type type) noexcept;
 
     // Rounds the f32 rows k and v (head_dim floats each) to the type and stores them in `slot`.
     void write(int layer, int kv_head, int32_t slot, const float* k, const float* v) noexcept;
@@ -52,7 +59,8 @@ public:
     kernels::kv_rows v(int layer, int kv_head) const noexcept { return view(v_, layer, kv_head); }
 
     kv_type type() const { return type_; }
-    int64_t capacity() const { return capacity_; }
+    int64_t capacity() const { return capacity_; }  // the largest head's
+    int64_t capacity(int layer, int kv_head) const noexcept;
     int64_t bytes() const { return static_cast<int64_t>(k_.size() + v_.size()); }
 
 private:
@@ -64,7 +72,8 @@ private:
     int64_t capacity_ = 0;
     kv_type type_ = kv_type::f16;
     size_t row_bytes_ = 0;
-    std::vector<std::byte> k_, v_;  // [n_layer][n_kv_head][capacity] rows of row_bytes_
+    std::vector<size_t> first_row_;  // per (layer, KV head), and one past the last: where its rows start
+    std::vector<std::byte> k_, v_;   // per (layer, KV head) in order, its capacity rows of row_bytes_
 };
 
 }  // namespace h2okv::kv

@@ -72,6 +72,13 @@ struct budget_spec {
     bool operator==(const budget_spec&) const = default;
 };
 
+// How a model's budget is spread over its units (docs/EVICTION_CONTRACT.md clause 11). `uniform`: every unit
+// holds `budget`. `pyramid` (PyramidKV): budgets fall linearly with depth, from (1 + ratio) x budget at the
+// first layer to (1 - ratio) x budget at the last, with the same total.
+enum class budget_schedule { uniform, pyramid };
+const char* budget_schedule_name(budget_schedule s);
+result<budget_schedule> parse_budget_schedule(std::string_view s);  // "uniform" | "pyramid"
+
 // What the user asked for. Unset optionals take the policy's defaults (SPEC.md, the contract's table).
 struct params {
     std::string name = "full";
@@ -83,6 +90,19 @@ struct params {
     position_mode positions = position_mode::original;  // ignored by `full` (nothing moves)
     // The policy's own parameters (policy_facts::extra names them): "keyformer:tau=0.5,seed=7".
     std::map<std::string, double, std::less<>> extra;
+    // Budgets per unit (clause 11; empty or uniform: every unit holds `budget`). `shares` (spec key
+    // shares=w0/w1/..., what `h2okv calibrate` writes): one positive weight per unit, layer-major (n_layer x
+    // n_kv_head under `head`, n_layer under `layer`); the model's total n_units x budget is split in
+    // proportion. `schedule`/`ratio`: PyramidKV's per-layer schedule (ratio in [0, 1), default 0.5); not
+    // with shares.
+    budget_schedule schedule = budget_schedule::uniform;
+    std::optional<double> ratio;
+    std::vector<double> shares;
+    // Per layer (n_layer entries each, spec keys recents=f0/f1/... and decays=d0/d1/...): a layer's units
+    // protect recent = floor(f x the unit's budget) (f in [0, 1)) and decay their scores by d, in place of
+    // the shared recent and decay.
+    std::vector<double> recents;
+    std::vector<double> decays;
 
     // "h2o:budget=256,recent=192,decay=0.98,sinks=0,granularity=layer,positions=rolling" (the part after ':'
     // is optional).
@@ -104,6 +124,20 @@ struct resolved_params {
     position_mode positions = position_mode::original;  // always original for `full`
     // Every parameter of policy_facts::extra, defaults applied.
     std::map<std::string, double, std::less<>> extra;
+    // The allocation as given (params' fields of the same names), and what it resolves to: per unit, its
+    // budget, recent and decay (n_units entries each; empty when every unit runs with budget, recent and
+    // decay above).
+    budget_schedule schedule = budget_schedule::uniform;
+    double ratio = 0.0;
+    std::vector<double> shares;
+    std::vector<double> recents;
+    std::vector<double> decays;
+    std::vector<int64_t> unit_budget;
+    std::vector<int64_t> unit_recent;
+    std::vector<double> unit_decay;
+    // Whether any unit's budget differs from another's (then rolling positions are refused: clause 8 needs
+    // equal kept counts).
+    bool uneven_budgets() const;
     // "h2o:budget=256,recent=128,sinks=0,granularity=head" (decay only when it is not 1, positions only when
     // rolling, then the policy's own parameters that differ from their defaults); params::parse of it creates
     // the same configuration.
@@ -170,8 +204,13 @@ struct policy_state;
 // What kv_policy::create would allocate, computed without allocating anything: an engine sizes a sequence's
 // cache, and admits it, before it exists.
 struct footprint {
-    int64_t capacity = 0;  // slots per unit, as kv_policy::capacity()
+    int64_t capacity = 0;  // slots of the largest unit, as kv_policy::capacity()
     int n_units = 0;
+    // Slots per (layer, KV head) of the layout, layer-major (n_layer x n_kv_head): the rows an engine's K/V
+    // store needs for that head (its unit's capacity).
+    std::vector<int64_t> head_capacity;
+    std::vector<int64_t> unit_capacity;  // slots per unit (n_units entries)
+    int64_t total_slots() const;         // the sum of unit_capacity
     int n_tables = 0;  // slot tables allocated: one per unit, or one all units share (no attention read)
     bool needs_attention = false;
     position_mode positions = position_mode::original;  // as resolved (original for `full`)
@@ -211,9 +250,16 @@ public:
     // Query heads that read `unit`: (layer, query head) pairs, layer-major, in ascending order. A row
     // increment is the sum, in double and in this order, of these heads' weights.
     std::vector<std::pair<int, int>> heads_of(int unit) const;
-    // Slots per unit: budget + max_chunk, but never more than max_positions (a unit cannot hold more
-    // positions than exist); `full`: max_positions.
+    // Slots of the largest unit: budget + max_chunk, but never more than max_positions (a unit cannot hold
+    // more positions than exist); `full`: max_positions.
     int64_t capacity() const;
+    // Slots of `unit` (its own budget + max_chunk, capped the same way); every slot index of the unit is
+    // below it.
+    int64_t capacity(int unit) const;
+    // The budget, recent and decay `unit` runs with (config().unit_* or the shared ones).
+    int64_t budget(int unit) const;
+    int64_t recent(int unit) const;
+    double decay(int unit) const;
 
     // Starts the chunk of positions [first, first + n): first must follow the previous chunk (0 after
     // create() or reset()), 1 <= n <= max_chunk and first + n <= max_positions.

@@ -56,14 +56,36 @@ TEST(SlotStore, RefusesWhatItCannotHold) {
     EXPECT_FALSE(slot_store::create(1, 1, 32, 0, kv_type::f16).ok());
 }
 
+// Per-head capacities (contract clause 11): each head's rows are its own, back to back, and a write lands
+// in its head only.
+TEST(SlotStore, HeadsOfTheirOwnSizes) {
+    const std::vector<int64_t> caps = {3, 7, 1, 5};  // 2 layers x 2 KV heads
+    auto s = slot_store::create(2, 2, 8, caps, kv_type::f32);
+    ASSERT_TRUE(s.ok()) << s.error().to_string();
+    EXPECT_EQ(s->bytes(), 2 * 16 * 4 * 8);
+    EXPECT_EQ(s->bytes(), slot_store::bytes_for(8, caps, kv_type::f32));
+    EXPECT_EQ(s->capacity(), 7);
+    for (int h = 0; h < 4; ++h) EXPECT_EQ(s->capacity(h / 2, h % 2), caps[static_cast<size_t>(h)]);
+    std::vector<float> k(8, 1.5f), v(8, -2.0f);
+    s->write(0, 1, 6, k.data(), v.data());  // the last row of the largest head
+    s->write(1, 0, 0, v.data(), k.data());  // the only row of the smallest
+    EXPECT_EQ(row_values(s->k(0, 1), 6, 8), k);
+    EXPECT_EQ(row_values(s->v(1, 0), 0, 8), k);
+    EXPECT_EQ(row_values(s->k(1, 1), 0, 8), std::vector<float>(8, 0.0f)) << "the next head untouched";
+    EXPECT_EQ(s->k(1, 0).data - s->k(0, 0).data, static_cast<ptrdiff_t>(10 * 8 * sizeof(float)));
+    EXPECT_FALSE(slot_store::create(2, 2, 8, std::vector<int64_t>{3, 7, 0, 5}, kv_type::f32).ok());
+    EXPECT_FALSE(slot_store::create(2, 2, 8, std::vector<int64_t>{3, 7}, kv_type::f32).ok());
+}
+
 TEST(CacheFootprint, PlanIsWhatCreateAllocates) {
     model::hparams hp;
     hp.n_layer = 2;
     hp.n_head = 4;
     hp.n_kv_head = 2;
     hp.head_dim = 32;
-    for (const char* spec :
-         {"full", "h2o:budget=10", "window:budget=10", "tova:budget=0.5,granularity=layer"}) {
+    for (const char* spec : {"full", "h2o:budget=10", "window:budget=10", "tova:budget=0.5,granularity=layer",
+                             "h2o:budget=10,schedule=pyramid", "window:budget=10,shares=1/3/2/2",
+                             "tova:budget=0.5,schedule=pyramid,granularity=layer"}) {
         auto p = policy::params::parse(spec);
         ASSERT_TRUE(p.ok());
         auto fp = kv_cache::plan(hp, *p, 4, 40, 40, kv_type::f16);
@@ -74,7 +96,15 @@ TEST(CacheFootprint, PlanIsWhatCreateAllocates) {
         EXPECT_EQ(fp->kv_bytes, (*c)->bytes()) << spec;
         EXPECT_GT(fp->table_bytes, 0) << spec;
         EXPECT_EQ((*c)->footprint().total(), fp->total()) << spec;
+        int64_t rows = 0;
+        for (int64_t cap : fp->head_capacity) rows += cap;
+        EXPECT_EQ(fp->kv_bytes, 2 * rows * static_cast<int64_t>(kv_row_bytes(kv_type::f16, 32))) << spec;
     }
+    // The pyramid's layers really differ: budgets 15 and 5 (+ the chunk of 4).
+    auto pyr =
+        kv_cache::plan(hp, *policy::params::parse("h2o:budget=10,schedule=pyramid"), 4, 40, 40, kv_type::f16);
+    ASSERT_TRUE(pyr.ok());
+    EXPECT_EQ(pyr->head_capacity, (std::vector<int64_t>{19, 19, 9, 9}));
     auto bad = policy::params::parse("h2o:budget=100");
     ASSERT_TRUE(bad.ok());
     EXPECT_TRUE(kv_cache::plan(hp, *bad, 4, 40, 40, kv_type::f16).ok())
