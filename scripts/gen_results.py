@@ -365,7 +365,7 @@ ARCH_INTRO = [
 
 
 KVTYPE_INTRO = [
-    "## Decode speed by KV type at depth 8192", "",
+    "## Decode speed by KV type deep in the context", "",
     "`scripts/llamacpp/kvtype_speed.sh --results results` with `LLAMA_CPP_DIR` pointing at a llama.cpp build made "
     "outside this repository: tokens per second decoding after the depth's cached tokens on a synthetic "
     "smollm-135m Q8_0 (random weights), per KV type, llama-bench with `-ctk/-ctv` of that type and flash attention "
