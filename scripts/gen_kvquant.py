@@ -75,7 +75,7 @@ def model_table(name, ppl_rows, agr_rows, refused, lines):
              for (k, t), p in ppl.items() if (k, t) in agr and p["kv_bytes"]]
     picks = []
     for level in MATCH_LEVELS:
-        ok = sorted(c for c in cells if c[3] >= level)
+        ok = sorted((c for c in cells if c[3] >= level), key=lambda c: (c[0], -c[3], c[4]))  # ties: the better
         if ok:
             b, k, t, match, pp = ok[0]
             ratio = full_f16["kv_bytes"] / b if full_f16 else 0
