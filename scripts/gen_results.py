@@ -367,6 +367,42 @@ ARCH_INTRO = [
 ]
 
 
+KVTYPE_INTRO = [
+    "## Decode speed by KV type deep in the context", "",
+    "`scripts/llamacpp/kvtype_speed.sh --results results` with `LLAMA_CPP_DIR` pointing at a llama.cpp build made "
+    "outside this repository: tokens per second decoding after the depth's cached tokens on a synthetic "
+    "smollm-135m Q8_0 (random weights), per KV type, llama-bench with `-ctk/-ctv` of that type and flash attention "
+    "on (its quantised V cache needs it) against `h2okv bench --kv-type` of the same type, full cache and h2o at a "
+    "20 % budget. One repeat of each engine and type in turn; medians. `× llama.cpp` is h2okv's speed over "
+    "llama.cpp's; KV bytes are h2okv's for the sequence (llama.cpp's full cache stores the same ggml blocks).", "",
+]
+
+
+def kvtype_section(name, rows, lines):
+    by = {(r["kv_type"], r["engine"], r["policy"]): r for r in rows}
+    types = [t for t in ["f16", "q8_0", "q4_0", "q4_1"] if any(k[0] == t for k in by)]
+    first = rows[0]
+    lines.append(f"{first['model']}, depth {first['depth']}, {first['n_gen']} tokens decoded, "
+                 f"{first['threads']} threads, CPU {first.get('cpu', 'unknown')}.\n")
+    lines.append("| KV type | llama.cpp t/s | h2okv full t/s | × llama.cpp | h2okv h2o 0.2 t/s | × llama.cpp | "
+                 "KV bytes full | KV bytes h2o 0.2 |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for t in types:
+        ll = by.get((t, "llama.cpp", "full"))
+        full = by.get((t, "h2okv", "full"))
+        h2o = by.get((t, "h2okv", "h2o 0.2"))
+
+        def tps(r):
+            return f"{r['decode_tps']:.1f}" if r else "-"
+
+        def ratio(r):
+            return f"{r['decode_tps'] / ll['decode_tps']:.2f}" if r and ll and ll["decode_tps"] else "-"
+
+        lines.append(f"| {t} | {tps(ll)} | {tps(full)} | {ratio(full)} | {tps(h2o)} | {ratio(h2o)} | "
+                     f"{full['kv_bytes'] if full else '-'} | {h2o['kv_bytes'] if h2o else '-'} |")
+    lines.append("")
+
+
 def arch_section(name, rows, lines):
     """One synthetic shape compared with llama.cpp by scripts/llamacpp/arch_compare.sh: a table row per type."""
     for r in rows:
@@ -623,6 +659,7 @@ def main():
                       "(tinyllama-1.1b for Q4_K, whose rows are whole Q4_K blocks). This section appears only when "
                       "those files are in results/.", ""],
          lambda name, rows: llamacpp_section(name, rows, lines)),
+        ("kvtype", KVTYPE_INTRO, lambda name, rows: kvtype_section(name, rows, lines)),
         ("batched", [], lambda name, rows: batched_section(name, rows, lines)),
         ("arch", ARCH_INTRO, lambda name, rows: arch_section(name, rows, lines)),
     ]

@@ -8,6 +8,21 @@ namespace h2okv::engine {
 status session_params::validate() const {
     if (prefill_chunk < 1) return invalid_argument("prefill chunk {} must be >= 1", prefill_chunk);
     if (n_ctx < 0) return invalid_argument("context length {} must be >= 0 (0 = the model's)", n_ctx);
+    if (kv_budget_bytes < 0) return invalid_argument("KV budget of {} bytes must be >= 0", kv_budget_bytes);
+    if (kv_budget_bytes > 0 && kv.budget) {
+        return invalid_argument("a KV budget in tokens ({}) and one in bytes ({}) given; give one of them",
+                                kv.budget->to_string(), kv_budget_bytes);
+    }
+    if (kv_budget_bytes > 0 && !policy::policy_evicts(kv.name)) {
+        return invalid_argument("a KV budget of {} bytes given, but policy {} keeps every token",
+                                kv_budget_bytes, kv.name);
+    }
+    if (kv_budget_bytes > 0 && (kv.schedule != policy::budget_schedule::uniform || !kv.shares.empty())) {
+        return invalid_argument(
+            "a KV budget of {} bytes given with budgets per unit ({}); the bytes are converted to one "
+            "budget for every unit: give the budget in tokens with a schedule or shares",
+            kv_budget_bytes, kv.schedule != policy::budget_schedule::uniform ? "schedule=pyramid" : "shares");
+    }
     return ok_status();
 }
 
@@ -17,6 +32,7 @@ namespace {
 struct setup {
     int64_t n_ctx;
     int chunk;
+    session_params params;  // kv_budget_bytes turned into kv.budget
 };
 
 result<setup> resolve(const model::model& m, const session_params& p, int64_t run_length) {
@@ -30,7 +46,15 @@ result<setup> resolve(const model::model& m, const session_params& p, int64_t ru
             "the budget plus the prefill chunk however long the run)",
             run_length, n_ctx);
     }
-    return setup{n_ctx, static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length))};
+    setup su{n_ctx, static_cast<int>(std::min<int64_t>(p.prefill_chunk, run_length)), p};
+    if (p.kv_budget_bytes > 0) {
+        H2OKV_ASSIGN_OR_RETURN(const int64_t budget,
+                               kv::kv_cache::budget_for_bytes(m.params(), p.kv, su.chunk, run_length,
+                                                              run_length, p.kv_type, p.kv_budget_bytes));
+        su.params.kv.budget = policy::budget_spec::count(budget);
+        su.params.kv_budget_bytes = 0;
+    }
+    return su;
 }
 
 }  // namespace
@@ -40,7 +64,7 @@ result<setup> resolve(const model::model& m, const session_params& p, int64_t ru
 result<kv::cache_footprint> session::plan(const model::model& m, const session_params& p,
                                           int64_t run_length) {
     H2OKV_ASSIGN_OR_RETURN(const setup su, resolve(m, p, run_length));
-    return kv::kv_cache::plan(m.params(), p.kv, su.chunk, run_length, run_length, p.kv_type);
+    return kv::kv_cache::plan(m.params(), su.params.kv, su.chunk, run_length, run_length, p.kv_type);
 }
 
 result<std::string> session::position_warning(const model::model& m, const session_params& p,
@@ -76,9 +100,9 @@ result<std::string> session::position_warning(const model::model& m, const sessi
 result<std::unique_ptr<session>> session::create(model::model& m, const session_params& p,
                                                  int64_t run_length) {
     H2OKV_ASSIGN_OR_RETURN(const setup su, resolve(m, p, run_length));
-    H2OKV_ASSIGN_OR_RETURN(
-        auto cache, kv::kv_cache::create(m.params(), p.kv, su.chunk, run_length, run_length, p.kv_type));
-    return std::unique_ptr<session>(new session(m, p, su.n_ctx, run_length, std::move(cache)));
+    H2OKV_ASSIGN_OR_RETURN(auto cache, kv::kv_cache::create(m.params(), su.params.kv, su.chunk, run_length,
+                                                            run_length, p.kv_type));
+    return std::unique_ptr<session>(new session(m, su.params, su.n_ctx, run_length, std::move(cache)));
 }
 
 session::session(model::model& m, session_params p, int64_t n_ctx, int64_t run_length,

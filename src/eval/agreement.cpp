@@ -18,6 +18,7 @@ result<agreement_result> agreement(model::model& m, std::span<const int32_t> pro
     const int64_t run_length = p + n_steps;
     engine::session_params full_sp = sp;
     full_sp.kv = policy::params{};
+    full_sp.kv_budget_bytes = 0;
     if (reference_kv_type) full_sp.kv_type = *reference_kv_type;
     H2OKV_ASSIGN_OR_RETURN(auto full, engine::session::create(m, full_sp, run_length));
     H2OKV_ASSIGN_OR_RETURN(auto evicting, engine::session::create(m, sp, run_length));

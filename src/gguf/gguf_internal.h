@@ -26,7 +26,7 @@ result<tensor_extent> tensor_extent_of(std::string_view name, tensor_type type,
 
 // ggml's name for a tensor type number h2okv may not support ("Q4_1" for 3), nullptr when ggml has none.
 const char* ggml_type_name(uint32_t t);
-// "F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K"
+// "F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K"
 std::string supported_tensor_types();
 
 // "[64, 512]"

@@ -5,6 +5,7 @@
 //   Q8_0 (32 elements, 34 bytes): fp16 d, int8 q[32]; x[i] = d * q[i].
 //   Q4_0 (32 elements, 18 bytes): fp16 d, uint8 qs[16]; element i < 16 is the low nibble of qs[i], element
 //     16 + i the high nibble; x = d * (nibble - 8).
+//   Q4_1 (32 elements, 20 bytes): fp16 d, fp16 m, uint8 qs[16], nibbles placed as Q4_0's; x = d * nibble + m.
 //   Q4_K (256 elements, 144 bytes): fp16 d, fp16 dmin, uint8 scales[12] (8 six-bit scales and 8 six-bit
 //     mins, packed as `scale_min_k4` unpacks them), uint8 qs[128]. Sub-block j (32 elements) takes the low
 //     nibbles of qs[32*(j/2) ..+32] for even j, the high nibbles for odd j; x = (d*sc_j) * q - (dmin*m_j).
@@ -30,6 +31,9 @@ inline constexpr int64_t q8_0_elems = core::block_elements(core::tensor_type::q8
 inline constexpr auto q8_0_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q8_0));
 inline constexpr int64_t q4_0_elems = core::block_elements(core::tensor_type::q4_0);
 inline constexpr auto q4_0_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q4_0));
+inline constexpr int64_t q4_1_elems = core::block_elements(core::tensor_type::q4_1);
+inline constexpr auto q4_1_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q4_1));
+inline constexpr size_t q4_1_qs_offset = 4;  // after d and m
 inline constexpr int64_t q4_k_elems = core::block_elements(core::tensor_type::q4_k);
 inline constexpr auto q4_k_bytes = static_cast<size_t>(core::block_bytes(core::tensor_type::q4_k));
 inline constexpr size_t q4_k_scales_offset = 4;  // after d and dmin

@@ -100,7 +100,7 @@ bool matmul_supports(tensor_type t) noexcept {
 }
 
 size_t row_size(tensor_type t, int64_t cols) noexcept {
-    if (cols < 0 || !matmul_supports(t)) return 0;
+    if (cols < 0 || (!matmul_supports(t) && t != tensor_type::q4_1)) return 0;
     const auto n = static_cast<size_t>(cols);
     const auto elems = static_cast<size_t>(core::block_elements(t));
     return n % elems == 0 ? n / elems * static_cast<size_t>(core::block_bytes(t)) : 0;
@@ -215,6 +215,7 @@ bool attend_supports(tensor_type t, int head_dim) noexcept {
         case tensor_type::f16: return true;
         case tensor_type::q8_0: return head_dim % detail::q8_0_elems == 0;
         case tensor_type::q4_0: return head_dim % detail::q4_0_elems == 0;
+        case tensor_type::q4_1: return head_dim % detail::q4_1_elems == 0;
         default: return false;
     }
 }

@@ -44,6 +44,26 @@ void quantize_q4_0(const float* src, int64_t n, std::byte* dst) {
     }
 }
 
+// As ggml's quantize_row_q4_1_ref: the block's range [min, max] in 15 steps, d = (max - min) / 15 and m = min
+// stored as fp16, q = min(15, trunc((x - min) / d + 0.5)) with the unrounded d and min (x - min >= 0, so the
+// truncation rounds half up).
+void quantize_q4_1(const float* src, int64_t n, std::byte* dst) {
+    for (int64_t b = 0; b < n / detail::q4_1_elems; ++b) {
+        const float* x = src + b * detail::q4_1_elems;
+        std::byte* block = dst + b * detail::q4_1_bytes;
+        const auto [lo, hi] = std::minmax_element(x, x + detail::q4_1_elems);
+        const float min = *lo;
+        const float d = (*hi - min) / 15.0f;
+        store_half(d, block);
+        store_half(min, block + 2);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        auto q = [&](float v) { return std::min(15, static_cast<int>((v - min) * id + 0.5f)); };
+        for (int i = 0; i < 16; ++i) {
+            block[detail::q4_1_qs_offset + i] = static_cast<std::byte>(q(x[i]) | (q(x[i + 16]) << 4));
+        }
+    }
+}
+
 void quantize_q4_k(const float* src, int64_t n, std::byte* dst) {
     for (int64_t b = 0; b < n / detail::q4_k_elems; ++b) {
         const float* x = src + b * detail::q4_k_elems;
@@ -159,6 +179,10 @@ bool quantize_row(core::tensor_type t, const float* src, int64_t n, std::byte* d
         case core::tensor_type::q4_0:
             if (n % detail::q4_0_elems != 0) return false;
             quantize_q4_0(src, n, dst);
+            return true;
+        case core::tensor_type::q4_1:
+            if (n % detail::q4_1_elems != 0) return false;
+            quantize_q4_1(src, n, dst);
             return true;
         case core::tensor_type::q4_k:
             if (n % detail::q4_k_elems != 0) return false;

@@ -132,6 +132,75 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     return fp;
 }
 
+result<int64_t> kv_cache::budget_for_bytes(const model::hparams& hp, const policy::params& pp, int max_chunk,
+                                           int64_t n_ctx, int64_t run_length, kv_type type, int64_t bytes) {
+    if (!policy::policy_evicts(pp.name)) {
+        return invalid_argument("a budget in bytes needs an evicting policy; {} keeps every token", pp.name);
+    }
+    if (bytes < 1) return invalid_argument("a budget of {} bytes must be >= 1", bytes);
+    auto plan_at = [&](int64_t budget) {
+        policy::params q = pp;
+        q.budget = policy::budget_spec::count(budget);
+        return plan(hp, q, max_chunk, n_ctx, run_length, type);
+    };
+    // kv_bytes grows with the budget. Where the policy refuses a budget (too small for its recent window
+    // and sinks), the budget's slots are measured under `window`, which takes any budget and whose slots
+    // are every policy's (budget + chunk, capped at the run); the machine's limit (out_of_memory) does not
+    // fit.
+    auto window_at = [&](int64_t budget) {
+        policy::params w;
+        w.name = "window";
+        w.budget = policy::budget_spec::count(budget);
+        w.gran = pp.gran;
+        return plan(hp, w, max_chunk, n_ctx, run_length, type);
+    };
+    // What no budget changes (a KV type the head_dim cannot hold, a model with no global layer) is refused
+    // as it is.
+    if (const auto probe = window_at(1);
+        !probe.ok() && probe.error().code() == status_code::invalid_argument) {
+        return probe.error();
+    }
+    auto kv_bytes_at = [&](int64_t budget) -> int64_t {  // -1: beyond the machine's limit
+        auto fp = plan_at(budget);
+        if (!fp.ok() && fp.error().code() == status_code::invalid_argument) fp = window_at(budget);
+        return fp.ok() ? fp->kv_bytes : -1;
+    };
+    auto fits = [&](int64_t budget) {
+        const int64_t b = kv_bytes_at(budget);
+        return b >= 0 && b <= bytes;
+    };
+    int64_t lo = 0;  // fits (or 0)
+    int64_t hi = std::max<int64_t>(run_length, 1) + 1;
+    if (fits(hi - 1)) {
+        lo = hi - 1;
+    } else {
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            (fits(mid) ? lo : hi) = mid;
+        }
+    }
+    const int64_t per_token =
+        slot_store::bytes_for(hp.n_layer - hp.n_sliding(), hp.n_kv_head, hp.head_dim, 1, type);
+    if (lo == 0) {
+        const int64_t one = kv_bytes_at(1);
+        return invalid_argument(
+            "{} bytes of K/V hold no budget: one token takes {} bytes ({} layers x {} KV heads x K and V of "
+            "{} "
+            "bytes in {}), and the cache also holds the prefill chunk's {} slots{}; the smallest budget "
+            "needs "
+            "{} bytes",
+            bytes, per_token, hp.n_layer - hp.n_sliding(), hp.n_kv_head, kv_row_bytes(type, hp.head_dim),
+            kv_type_name(type), max_chunk, hp.n_sliding() > 0 ? " and the sliding-window layers' slots" : "",
+            one >= 0 ? std::to_string(one) : "more than the machine holds");
+    }
+    const auto fp = plan_at(lo);
+    if (!fp.ok()) {
+        return fp.error().with_context(fmt::format(
+            "{} bytes of K/V hold a budget of at most {} tokens ({} bytes per token)", bytes, lo, per_token));
+    }
+    return lo;
+}
+
 result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, const policy::params& pp,
                                                    int max_chunk, int64_t n_ctx, int64_t run_length,
                                                    kv_type type) {

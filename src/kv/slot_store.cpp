@@ -7,7 +7,7 @@
 namespace h2okv::kv {
 namespace {
 
-constexpr kv_type k_types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0};
+constexpr kv_type k_types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0, kv_type::q4_1};
 
 }  // namespace
 
@@ -17,6 +17,7 @@ const char* kv_type_name(kv_type t) noexcept {
         case kv_type::f16: return "f16";
         case kv_type::q8_0: return "q8_0";
         case kv_type::q4_0: return "q4_0";
+        case kv_type::q4_1: return "q4_1";
     }
     return "unknown";
 }
@@ -39,6 +40,7 @@ core::tensor_type kv_tensor_type(kv_type t) noexcept {
         case kv_type::f16: return core::tensor_type::f16;
         case kv_type::q8_0: return core::tensor_type::q8_0;
         case kv_type::q4_0: return core::tensor_type::q4_0;
+        case kv_type::q4_1: return core::tensor_type::q4_1;
         case kv_type::f32: break;
     }
     return core::tensor_type::f32;

@@ -152,12 +152,13 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
     EXPECT_LE(slots, 21 + 16);
     EXPECT_LT(h2o["kv_bytes"].get<long>(), full["kv_bytes"].get<long>());
 
-    // The default f16 stores 2 bytes an element, q8_0 34 bytes per 32, q4_0 18: the full cache of the run in
-    // each.
+    // The default f16 stores 2 bytes an element, q8_0 34 bytes per 32, q4_0 18, q4_1 20: the full cache of
+    // the run in each.
     for (const auto& [flag, type, bytes] :
          {std::tuple<std::string, std::string, long>{"", "f16", per_token / 2},
           {"--kv-type q8_0", "q8_0", per_token / 4 / 32 * 34},
-          {"--kv-type q4_0", "q4_0", per_token / 4 / 32 * 18}}) {
+          {"--kv-type q4_0", "q4_0", per_token / 4 / 32 * 18},
+          {"--kv-type q4_1", "q4_1", per_token / 4 / 32 * 20}}) {
         const std::string out = run_command(common + " " + flag + " 2>/dev/null", &rc);
         ASSERT_EQ(rc, 0) << out;
         const auto j = nlohmann::json::parse(out);
@@ -165,10 +166,48 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
         EXPECT_EQ(j["kv_bytes"].get<long>(), 104 * bytes) << type;
         EXPECT_EQ(j["kv_bytes_full"].get<long>(), 104 * bytes) << type;
     }
-    const std::string err = run_command(common + " --kv-type q4_1 2>&1 >/dev/null", &rc);
+    const std::string err = run_command(common + " --kv-type q5_0 2>&1 >/dev/null", &rc);
     EXPECT_NE(rc, 0);
-    EXPECT_NE(err.find("f32, f16, q8_0, q4_0"), std::string::npos)
+    EXPECT_NE(err.find("f32, f16, q8_0, q4_0, q4_1"), std::string::npos)
         << "the error lists the valid types: " << err;
+}
+
+// --kv-budget-bytes: the largest token budget whose K/V rows (budget + the prefill chunk's slots) fit the
+// size, at the type's row size; refused, saying why, when it cannot be honoured.
+TEST_F(BenchCli, KvBudgetBytes) {
+    const std::string model = synth("q4_k");
+    // tiny: 2 layers, 2 KV heads, head_dim 64: q4_1 rows of 40 bytes, 320 bytes of K and V per slot.
+    const std::string common = kCli + " bench -m " + model + " -p 32 -n 8 --depth 64 -t 1 -r 1 --json " +
+                               "--kv-policy h2o --kv-prefill-chunk 16 --kv-type q4_1";
+    int rc = -1;
+    for (long size : {320L * (20 + 16), 320L * (20 + 16) + 319}) {
+        const std::string out =
+            run_command(common + " --kv-budget-bytes " + std::to_string(size) + " 2>/dev/null", &rc);
+        ASSERT_EQ(rc, 0) << out;
+        const auto j = nlohmann::json::parse(out);
+        EXPECT_EQ(j["kv_bytes"].get<long>(), 320L * (20 + 16)) << size;
+    }
+    const std::string kib = run_command(common + " --kv-budget-bytes 11.25KiB 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << kib;
+    EXPECT_EQ(nlohmann::json::parse(kib)["kv_bytes"].get<long>(), 11520);  // 11.25 KiB = 36 slots exactly
+    auto refused = [&](const std::string& flags) {
+        const std::string e = run_command(common + " " + flags + " 2>&1 >/dev/null", &rc);
+        EXPECT_NE(rc, 0) << flags;
+        return e;
+    };
+    std::string e = refused("--kv-budget-bytes 1KiB");
+    EXPECT_NE(e.find("one token takes 320 bytes"), std::string::npos) << e;
+    EXPECT_NE(e.find("prefill chunk's 16 slots"), std::string::npos) << e;
+    e = refused("--kv-budget-bytes 64KiB --kv-budget 0.2");
+    EXPECT_NE(e.find("not both"), std::string::npos) << e;
+    e = refused("--kv-budget-bytes 64KiB --kv-recent 200");
+    EXPECT_NE(e.find("at most 104 tokens"), std::string::npos) << e;  // the whole run fits: 104 slots
+    e = refused("--kv-budget-bytes lots");
+    EXPECT_NE(e.find("--kv-budget-bytes"), std::string::npos) << e;
+    e = run_command(kCli + " bench -m " + model + " -p 8 -n 2 -r 1 --kv-budget-bytes 64KiB 2>&1 >/dev/null",
+                    &rc);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(e.find("--kv-budget-bytes given, but --kv-policy is full"), std::string::npos) << e;
 }
 
 // --sequences: the sequences that fit --kv-memory run at once, in waves; the report says how many, charges

@@ -135,7 +135,8 @@ TEST(Perplexity, JsonlRecordsTheKvType) {
     const std::string err =
         run_command(kCli + " perplexity -f " + text + " --max-tokens 32 --kv-type bf16 2>&1 >/dev/null", &rc);
     EXPECT_NE(rc, 0);
-    EXPECT_NE(err.find("unknown KV type 'bf16' (valid: f32, f16, q8_0, q4_0)"), std::string::npos) << err;
+    EXPECT_NE(err.find("unknown KV type 'bf16' (valid: f32, f16, q8_0, q4_0, q4_1)"), std::string::npos)
+        << err;
 }
 
 TEST(Perplexity, FullRefusesATextLongerThanTheContext) {

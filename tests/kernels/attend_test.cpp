@@ -1,6 +1,6 @@
 // attend: variants against the reference (and the reference against a long-double formula) over K/V types
-// (f32, f16, q8_0, q4_0), head sizes with tails, group sizes and slot counts; a head's bits independent of
-// the group it is computed in; the fused score_row bookkeeping; edge cases.
+// (f32, f16, q8_0, q4_0, q4_1), head sizes with tails, group sizes and slot counts; a head's bits independent
+// of the group it is computed in; the fused score_row bookkeeping; edge cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "kernels/ref/ref.h"
 #ifdef H2OKV_KERNELS_X86
 #include "kernels/x86/avx2.h"
+#include "kernels/x86/avx512.h"
 #endif
 
 namespace h2okv::kernels {
@@ -42,6 +43,7 @@ std::vector<variant> all_variants() {
     std::vector<variant> v = {{"reference", &ref::attend}, {"dispatched", &attend}};
 #ifdef H2OKV_KERNELS_X86
     if (core::cpu_supports(core::cpu_isa::avx2)) v.push_back({"avx2", &avx2::attend});
+    if (core::cpu_supports(core::cpu_isa::avx512)) v.push_back({"avx512", &avx512::attend});
 #endif
     return v;
 }
@@ -86,7 +88,8 @@ std::vector<int> dims_for(tensor_type t, std::initializer_list<int> dims) {
     return out;
 }
 
-constexpr tensor_type kTypes[] = {tensor_type::f32, tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0};
+constexpr tensor_type kTypes[] = {tensor_type::f32, tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0,
+                                  tensor_type::q4_1};
 
 TEST(Attend, SupportsTheKvTypes) {
     EXPECT_TRUE(attend_supports(tensor_type::f32, 13));
@@ -95,6 +98,8 @@ TEST(Attend, SupportsTheKvTypes) {
     EXPECT_FALSE(attend_supports(tensor_type::q8_0, 48));
     EXPECT_TRUE(attend_supports(tensor_type::q4_0, 64));
     EXPECT_FALSE(attend_supports(tensor_type::q4_0, 48));
+    EXPECT_TRUE(attend_supports(tensor_type::q4_1, 64));
+    EXPECT_FALSE(attend_supports(tensor_type::q4_1, 48));
     EXPECT_FALSE(attend_supports(tensor_type::q4_k, 256));
     EXPECT_FALSE(attend_supports(tensor_type::f16, 0));
 }
@@ -245,6 +250,73 @@ TEST(Attend, VariantsMatchReference) {
         }
     }
     EXPECT_GE(compared, 3 * 10 * 2 * 2);
+}
+
+// Rolling positions attend f32 keys (turned to their places) over values stored in any type.
+TEST(Attend, F32KeysOverStoredValues) {
+    int compared = 0;
+    for (tensor_type type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q4_1}) {
+        for (int head_dim : {32, 64, 128}) {
+            for (int n : {1, 9, 300}) {
+                const int n_q = 3;
+                store s = make_store(type, head_dim, n_q, n + 3, n, static_cast<uint32_t>(head_dim * 31 + n));
+                s.k = encode_matrix(tensor_type::f32, n + 3, head_dim, static_cast<uint32_t>(n + 5), 4);
+                const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                const auto stride = static_cast<size_t>(n);
+                std::vector<float> out_ref(static_cast<size_t>(n_q * head_dim)), w_ref(stride * n_q);
+                ref::attend(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
+                            out_ref.data(), w_ref.data(), stride, nullptr);
+                for (const variant& v : all_variants()) {
+                    std::vector<float> out(out_ref.size()), w(w_ref.size());
+                    v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
+                         out.data(), w.data(), stride, nullptr);
+                    for (int h = 0; h < n_q; ++h) {
+                        const attend_bounds b = bounds_for(s, h, n, scale, w_ref.data() + h * stride);
+                        for (int j = 0; j < n; ++j)
+                            ASSERT_LE(std::fabs(w[h * stride + j] - w_ref[h * stride + j]), b.weight[j])
+                                << v.name << " " << core::tensor_type_label(type) << " weight " << j;
+                        for (int d = 0; d < head_dim; ++d)
+                            ASSERT_LE(std::fabs(out[h * head_dim + d] - out_ref[h * head_dim + d]), b.out[d])
+                                << v.name << " " << core::tensor_type_label(type) << " out " << d;
+                    }
+                    ++compared;
+                }
+            }
+        }
+    }
+    EXPECT_GE(compared, 4 * 3 * 3 * 2);
+}
+
+// kernels::attend runs the variant set_isa selects (what H2OKV_ISA picks at start-up): the same bits as that
+// variant called directly. The variants sum in different orders, so their bits differ on this input, and
+// equal bits name the variant that ran.
+TEST(Attend, DispatchUsesTheSelectedVariant) {
+    const isa saved = active_isa();
+    const int hd = 64, n_q = 2, n = 1000;
+    const store s = make_store(tensor_type::q4_1, hd, n_q, n + 4, n, 99);
+    auto run = [&](attend_fn fn) {
+        std::vector<float> out(static_cast<size_t>(n_q * hd));
+        std::vector<float> w(static_cast<size_t>(n_q * n));
+        fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.125f, out.data(), w.data(), n,
+           nullptr);
+        out.insert(out.end(), w.begin(), w.end());
+        return out;
+    };
+    std::vector<std::pair<isa, attend_fn>> variants = {{isa::reference, &ref::attend}};
+#ifdef H2OKV_KERNELS_X86
+    if (core::cpu_supports(core::cpu_isa::avx2)) variants.push_back({isa::avx2, &avx2::attend});
+    if (core::cpu_supports(core::cpu_isa::avx512)) variants.push_back({isa::avx512, &avx512::attend});
+#endif
+    std::vector<std::vector<float>> results;
+    for (const auto& [id, fn] : variants) {
+        SCOPED_TRACE(isa_name(id));
+        ASSERT_TRUE(set_isa(id));
+        const std::vector<float> want = run(fn);
+        EXPECT_EQ(run(&attend), want);
+        for (const auto& other : results) EXPECT_NE(other, want);
+        results.push_back(want);
+    }
+    ASSERT_TRUE(set_isa(saved));
 }
 
 // A head's out and weights are the same bits alone (n_q = 1) as inside any group: callers split groups

@@ -284,7 +284,7 @@ TEST(Matmul, DispatchUsesTheSelectedVariant) {
 
 TEST(Matmul, SupportedTypesAndRowSizes) {
     for (tensor_type t : all_types) EXPECT_TRUE(matmul_supports(t));
-    EXPECT_FALSE(matmul_supports(static_cast<tensor_type>(3)));   // Q4_1
+    EXPECT_FALSE(matmul_supports(tensor_type::q4_1));
     EXPECT_FALSE(matmul_supports(static_cast<tensor_type>(13)));  // Q5_K
     EXPECT_EQ(row_size(tensor_type::f32, 10), 40u);
     EXPECT_EQ(row_size(tensor_type::f16, 10), 20u);
@@ -293,6 +293,8 @@ TEST(Matmul, SupportedTypesAndRowSizes) {
     EXPECT_EQ(row_size(tensor_type::q8_0, 40), 0u);
     EXPECT_EQ(row_size(tensor_type::q4_0, 64), 36u);
     EXPECT_EQ(row_size(tensor_type::q4_0, 48), 0u);
+    EXPECT_EQ(row_size(tensor_type::q4_1, 64), 40u);  // a KV type: rows, but no matmul
+    EXPECT_EQ(row_size(tensor_type::q4_1, 48), 0u);
     EXPECT_EQ(row_size(tensor_type::q4_k, 512), 288u);
     EXPECT_EQ(row_size(tensor_type::q4_k, 576), 0u);
     EXPECT_EQ(row_size(tensor_type::q6_k, 256), 210u);

@@ -1,6 +1,6 @@
-// Q4_0, Q4_K and Q6_K: hand-built blocks with known values pin the reference dequantisers to ggml's layouts;
-// every variant reproduces the reference bit for bit on arbitrary block contents; the quantisers stay within
-// their documented error bounds.
+// Q4_0, Q4_1, Q4_K and Q6_K: hand-built blocks with known values pin the reference dequantisers to ggml's
+// layouts; every variant reproduces the reference bit for bit on arbitrary block contents; the quantisers
+// stay within their documented error bounds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +63,20 @@ TEST(QuantBlocks, Q4_0HandBuilt) {
         expected[16 + i] = 0.5f * static_cast<float>(7 - i);
     }
     expect_decodes_to(tensor_type::q4_0, block, expected);
+}
+
+TEST(QuantBlocks, Q4_1HandBuilt) {
+    // d = 0.5, m = -2 (ggml's block_q4_1: d, m, then the nibbles as Q4_0's).
+    std::vector<uint8_t> block(20);
+    put_half(block, 0, 0x3800);
+    put_half(block, 2, 0xC000);
+    for (int i = 0; i < 16; ++i) block[4 + i] = static_cast<uint8_t>(i | ((15 - i) << 4));
+    std::vector<float> expected(32);
+    for (int i = 0; i < 16; ++i) {
+        expected[i] = 0.5f * static_cast<float>(i) - 2.0f;
+        expected[16 + i] = 0.5f * static_cast<float>(15 - i) - 2.0f;
+    }
+    expect_decodes_to(tensor_type::q4_1, block, expected);
 }
 
 TEST(QuantBlocks, Q4_KHandBuilt) {
@@ -133,6 +147,7 @@ TEST(QuantBlocks, VariantsMatchReferenceOnArbitraryBlocks) {
         std::vector<size_t> half_at;
     };
     const geometry types[] = {{tensor_type::q4_0, 32, 18, {0}},
+                              {tensor_type::q4_1, 32, 20, {0, 2}},
                               {tensor_type::q4_k, 256, 144, {0, 2}},
                               {tensor_type::q6_k, 256, 210, {208}}};
     for (const geometry& g : types) {
@@ -164,6 +179,13 @@ float step_of(tensor_type t, const std::byte* row, int64_t e) {
         std::memcpy(&h, row + e / 32 * 18, 2);
         return std::fabs(fp16_to_fp32(h));  // the clamped side can be off by a whole step
     }
+    if (t == tensor_type::q4_1) {
+        // Half a step, plus the fp16 rounding of m and of d (which q, up to 15, multiplies).
+        uint16_t dm[2];
+        std::memcpy(dm, row + e / 32 * 20, 4);
+        const float d = fp16_to_fp32(dm[0]);
+        return 0.5f * d + 0x1p-11f * (std::fabs(fp16_to_fp32(dm[1])) + 15.0f * d);
+    }
     if (t == tensor_type::q4_k) {
         const std::byte* block = row + e / 256 * 144;
         std::memcpy(&h, block, 2);
@@ -179,7 +201,7 @@ float step_of(tensor_type t, const std::byte* row, int64_t e) {
 }
 
 TEST(QuantizeRow, RoundTripWithinBounds) {
-    for (tensor_type t : {tensor_type::q4_0, tensor_type::q4_k, tensor_type::q6_k}) {
+    for (tensor_type t : {tensor_type::q4_0, tensor_type::q4_1, tensor_type::q4_k, tensor_type::q6_k}) {
         const int64_t n = 1024;
         // Mixed magnitudes per sub-block and an all-positive / all-zero stretch, so offsets and zero scales
         // are exercised.
@@ -207,10 +229,53 @@ TEST(QuantizeRow, RoundTripWithinBounds) {
     }
 }
 
+// ggml's quantize_row_q4_1_ref (ggml-quants.c), transcribed: a q4_1 KV cache holds llama.cpp's bits.
+void ggml_quantize_q4_1(const float* x, int64_t k, std::vector<uint8_t>& y) {
+    const int qk = 32;
+    for (int64_t i = 0; i < k / qk; i++) {
+        float min = INFINITY;
+        float max = -INFINITY;
+        for (int j = 0; j < qk; j++) {
+            const float v = x[i * qk + j];
+            if (v < min) min = v;
+            if (v > max) max = v;
+        }
+        const float d = (max - min) / ((1 << 4) - 1);
+        const float id = d ? 1.0f / d : 0.0f;
+        uint8_t* blk = y.data() + i * 20;
+        const uint16_t dh = fp32_to_fp16(d);
+        const uint16_t mh = fp32_to_fp16(min);
+        std::memcpy(blk, &dh, 2);
+        std::memcpy(blk + 2, &mh, 2);
+        for (int j = 0; j < qk / 2; ++j) {
+            const float x0 = (x[i * qk + 0 + j] - min) * id;
+            const float x1 = (x[i * qk + qk / 2 + j] - min) * id;
+            const uint8_t xi0 = std::min<int8_t>(15, static_cast<int8_t>(x0 + 0.5f));
+            const uint8_t xi1 = std::min<int8_t>(15, static_cast<int8_t>(x1 + 0.5f));
+            blk[4 + j] = static_cast<uint8_t>(xi0 | (xi1 << 4));
+        }
+    }
+}
+
+TEST(QuantizeRow, Q4_1IsGgmlsRounding) {
+    const int64_t n = 32 * 64;
+    std::vector<float> x = random_floats(static_cast<size_t>(n), 11);
+    for (int64_t i = 0; i < n; ++i) x[i] *= 1.0f + static_cast<float>((i / 32) % 7);
+    for (int64_t i = 64; i < 96; ++i) x[i] = 0.25f;                            // constant block: d = 0
+    for (int64_t i = 96; i < 128; ++i) x[i] = static_cast<float>(i % 16) / 4;  // values on the grid (ties)
+    std::vector<std::byte> ours(row_size(tensor_type::q4_1, n));
+    ASSERT_EQ(ours.size(), static_cast<size_t>(n / 32 * 20));
+    ASSERT_TRUE(quantize_row(tensor_type::q4_1, x.data(), n, ours.data()));
+    std::vector<uint8_t> theirs(ours.size());
+    ggml_quantize_q4_1(x.data(), n, theirs);
+    EXPECT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0);
+}
+
 TEST(QuantizeRow, RefusesPartialBlocks) {
     std::vector<float> x(300, 1.0f);
     std::vector<std::byte> out(1024);
     EXPECT_FALSE(quantize_row(tensor_type::q4_0, x.data(), 40, out.data()));
+    EXPECT_FALSE(quantize_row(tensor_type::q4_1, x.data(), 48, out.data()));
     EXPECT_FALSE(quantize_row(tensor_type::q4_k, x.data(), 288, out.data()));
     EXPECT_FALSE(quantize_row(tensor_type::q6_k, x.data(), 128, out.data()));
     EXPECT_TRUE(quantize_row(tensor_type::q4_0, x.data(), 64, out.data()));

@@ -1,7 +1,7 @@
 // The engine against the independent numpy reference (tests/reference/llama_ref.py, float64, its own GGUF
 // parser and eviction code): logits to 1e-4 relative and identical kept sets after every chunk, full cache
-// and evicting runs, with f32 KV (and f16/q8_0/q4_0 KV against the reference's matching rounding), on the
-// bundled model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and 128, GQA 1, 4 and 8,
+// and evicting runs, with f32 KV (and f16/q8_0/q4_0/q4_1 KV against the reference's matching rounding), on
+// the bundled model, on synthetic GGUFs written with our GGUF writer (head_dim 64 and 128, GQA 1, 4 and 8,
 // separate output, F16, BF16, Q8_0 and Q4_K weights; every architecture's own parts) and on ../shared's
 // h2o-eval-5M model when present.
 #include <fmt/format.h>
@@ -145,12 +145,12 @@ std::vector<double> run_numpy(const std::string& model_path, const std::vector<i
 
 // Runs the engine and the reference on `tokens` and compares logits and, chunk by chunk, the kept sets.
 // Logits: with f32 KV and no k-quant weights within 1e-4 relative to the largest logit of the position (f32
-// against float64 arithmetic). With f16, q8_0 or q4_0 KV both sides round the stored K/V, but the engine
-// rounds its f32 K/V and the reference its float64 K/V, so an element whose two values straddle a rounding
-// midpoint lands on neighbouring grid points: a sparse perturbation of one grid step. Its effect is a small
-// part of the rounding's own effect on the logits (every element moved by up to half a step), which the
-// reference measures by running again without rounding. The bound is 1e-4 plus a quarter of that effect: an
-// engine that did not round, or rounded differently (truncation, another scale), would be off by about the
+// against float64 arithmetic). With f16, q8_0, q4_0 or q4_1 KV both sides round the stored K/V, but the
+// engine rounds its f32 K/V and the reference its float64 K/V, so an element whose two values straddle a
+// rounding midpoint lands on neighbouring grid points: a sparse perturbation of one grid step. Its effect is
+// a small part of the rounding's own effect on the logits (every element moved by up to half a step), which
+// the reference measures by running again without rounding. The bound is 1e-4 plus a quarter of that effect:
+// an engine that did not round, or rounded differently (truncation, another scale), would be off by about the
 // whole effect and fail. With Q4_K/Q6_K/Q8_0 weights both sides also round the activations of those products
 // to 8 bits (src/kernels/q8k.h, src/kernels/q8_0_act.h), thousands of elements per position, and there one
 // straddled midpoint is not small: on the Q4_K case below a single element (x * 127/amax = -16.5000019 in
@@ -465,7 +465,7 @@ TEST(EngineVsNumpy, KQuantProductsOnModelTensors) {
 }
 
 // The KV types other than f32 against the reference's matching rounding (see compare), full and evicting:
-// head_dim 8 (f16 only; q8_0 and q4_0 need multiples of 32) on the bundled model, 64 with GQA 4 on a
+// head_dim 8 (f16 only; q8_0, q4_0 and q4_1 need multiples of 32) on the bundled model, 64 with GQA 4 on a
 // synthetic one.
 TEST(EngineVsNumpy, RoundedKvTypes) {
     const auto tokens = random_tokens(40, 512, 4);
@@ -482,7 +482,7 @@ TEST(EngineVsNumpy, RoundedKvTypes) {
     std::ofstream(path, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
     const auto synth_tokens = random_tokens(32, 300, 5);
-    for (const char* type : {"f16", "q8_0", "q4_0"}) {
+    for (const char* type : {"f16", "q8_0", "q4_0", "q4_1"}) {
         for (const auto& r : {kRuns[1], kRuns[2], kRuns[4]}) {
             run_config c = r;
             c.kv_type = type;
@@ -513,6 +513,8 @@ TEST(EngineVsNumpy, RollingPositions) {
     compare(path, synth_tokens, q8);
     run_config q4 = kRollingRuns[2];
     q4.kv_type = "q4_0";
+    compare(path, synth_tokens, q4);
+    q4.kv_type = "q4_1";
     compare(path, synth_tokens, q4);
     fs::remove_all(dir);
 }

@@ -24,12 +24,14 @@ Usage:
   llama_ref.py --model M --text "Once upon a time" --print-ids           # the token ids (BOS first)
   llama_ref.py --model M --matmul blk.0.attn_q.weight --x X.npy --out Y.npy  # one product, X: [n][cols]
 
---kv-type f32|f16|q8_0|q4_0 stores K (after RoPE) and V rounded as the engine's KV cache stores them: f32 keeps
+--kv-type f32|f16|q8_0|q4_0|q4_1 stores K (after RoPE) and V rounded as the engine's KV cache stores them: f32 keeps
 the float64 values (the engine's f32 rounding is below this reference's tolerance), f16 rounds to the
 nearest binary16 (ties to even), q8_0 rounds each block of 32 as ggml's quantize_row_q8_0_ref does
 (d = max|x| / 127 stored as fp16, q = round-half-away(x / d) with the unrounded d, value fp16(d) * q),
 q4_0 as quantize_row_q4_0_ref (d = the signed extreme / -8, q = min(15, floor(x / d + 8.5)) with the
-unrounded d, value fp16(d) * (q - 8)). Attention then reads the rounded values.
+unrounded d, value fp16(d) * (q - 8)), q4_1 as quantize_row_q4_1_ref (d = (max - min) / 15, q = min(15,
+floor((x - min) / d + 0.5)) with the unrounded d and min, value fp16(d) * q + fp16(min)). Attention then reads
+the rounded values.
 
 Products with Q4_K or Q6_K weights first round their activations as the engine does (src/kernels/q8k.h):
 per position and block of 256, in float32, d = max|x| / 127 and q = round-half-even(clamp(x * (127 / max|x|),
@@ -500,7 +502,7 @@ def arch_rope(gguf, arch, rope_dim, base, scaled=True):
 
 # ---------------------------------------------------------------------------------------------- KV types
 
-KV_TYPES = ("f32", "f16", "q8_0", "q4_0")
+KV_TYPES = ("f32", "f16", "q8_0", "q4_0", "q4_1")
 
 
 def quantize_q8k(x):
@@ -560,6 +562,18 @@ def round_kv(x, kv_type):
         inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
         q = np.minimum(15.0, np.floor(b * inv + 8.5))
         return (d.astype(np.float16).astype(np.float64) * (q - 8.0)).reshape(x.shape)
+    if kv_type == "q4_1":
+        if x.shape[-1] % 32:
+            raise PolicyError(f"q4_1 KV needs head_dim a multiple of 32, got {x.shape[-1]}")
+        b = x.reshape(-1, 32)
+        # ggml's quantize_row_q4_1_ref: d = (max - min) / 15, q = min(15, trunc((x - min) / d + 0.5)) (the
+        # argument is >= 0.5, so trunc is floor) with the unrounded d and min; stored d and m = min as fp16.
+        lo = b.min(axis=1, keepdims=True)
+        d = (b.max(axis=1, keepdims=True) - lo) / 15.0
+        inv = np.divide(1.0, d, out=np.zeros_like(d), where=d != 0)
+        q = np.minimum(15.0, np.floor((b - lo) * inv + 0.5))
+        f16 = lambda v: v.astype(np.float16).astype(np.float64)  # noqa: E731
+        return (f16(d) * q + f16(lo)).reshape(x.shape)
     raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
 
 
@@ -710,7 +724,7 @@ class Run:
         self.positions = "original" if policy == "full" else positions
         if kv_type not in KV_TYPES:
             raise PolicyError(f"unknown KV type '{kv_type}' (valid: {', '.join(KV_TYPES)})")
-        if kv_type in ("q8_0", "q4_0") and model.head_dim % 32:
+        if kv_type in ("q8_0", "q4_0", "q4_1") and model.head_dim % 32:
             raise PolicyError(f"{kv_type} KV needs head_dim a multiple of 32, got {model.head_dim}")
         self.kv_type = kv_type
         self.policy, self.budget, self.recent, self.sinks, self.decay = policy, budget, recent, sinks, decay
@@ -1021,7 +1035,7 @@ def main(argv=None):
     ap.add_argument("--decays", help="per-layer decays, d0/d1/...")
     ap.add_argument("--positions", default="original", help="RoPE positions: original or rolling")
     ap.add_argument("--chunk", type=int, default=1, help="prefill chunk size (decode is always 1)")
-    ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16, q8_0 or q4_0")
+    ap.add_argument("--kv-type", default="f32", help="stored K/V rounding: f32 (none), f16, q8_0, q4_0 or q4_1")
     ap.add_argument("--no-act-quant", action="store_true",
                     help="multiply Q4_K/Q6_K weights with unrounded activations (the engine rounds them)")
     ap.add_argument("--generate", type=int, default=0, help="greedy-decode N tokens after the input")

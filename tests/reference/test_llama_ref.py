@@ -361,6 +361,22 @@ class WeightTypes(unittest.TestCase):
 
 
 @need(STORIES)
+class KvRounding(unittest.TestCase):
+    def test_q4_1_as_ggml(self):
+        """q4_1: values on the block's grid come back exactly; others round to the nearest step (half up)."""
+        grid = np.array([-1.0 + 0.125 * (i % 16) for i in range(32)])  # min -1, d = 1.875 / 15 = 0.125
+        np.testing.assert_array_equal(R.round_kv(grid, "q4_1"), grid)
+        x = grid.copy()
+        x[3] += 0.0625  # exactly half a step above its grid point: rounds up
+        x[4] += 0.06    # below half a step: rounds down
+        want = grid.copy()
+        want[3] += 0.125
+        np.testing.assert_array_equal(R.round_kv(x, "q4_1"), want)
+        np.testing.assert_array_equal(R.round_kv(np.full(32, 0.3), "q4_1"), np.full(32, np.float16(0.3)))
+        with self.assertRaises(R.PolicyError):
+            R.round_kv(np.zeros(48), "q4_1")
+
+
 class EvictionContract(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

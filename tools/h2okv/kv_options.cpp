@@ -53,8 +53,14 @@ void kv_options::add_to(CLI::App& cmd) {
                    "A parameter of the policy's own, NAME=VALUE (repeatable): " + params_help);
     budget_option_ = cmd.add_option(
         "--kv-budget", budget,
-        "KV budget per eviction unit: a token count (256) or a fraction of the run's length (0.2); with "
-        "--kv-schedule or --kv-config, the mean over the units");
+        "KV budget per eviction unit: a token count (256) or a fraction of the run's length (0.2); "
+        "always tokens, whatever --kv-type (a q4_0 cache of budget 0.2 keeps as many tokens as an "
+        "f16 one, in fewer bytes); with --kv-schedule or --kv-config, the mean over the units");
+    cmd.add_option(
+        "--kv-budget-bytes", budget_bytes,
+        "KV budget as bytes of K/V per sequence (64MiB, 512KiB, bytes) instead of --kv-budget: the "
+        "largest token budget whose K/V rows (budget + prefill chunk slots, at --kv-type's row size) "
+        "fit; an evicting policy with uniform budgets only");
     cmd.add_option("--kv-schedule", schedule,
                    "Budgets across layers: uniform, or pyramid (PyramidKV: (1 + ratio) x budget at the first "
                    "layer falling linearly to (1 - ratio) x budget at the last, same total; real per-unit "
@@ -77,9 +83,11 @@ void kv_options::add_to(CLI::App& cmd) {
     cmd.add_option("--kv-prefill-chunk", prefill_chunk,
                    "Prompt tokens per prefill chunk (evictions after each)")
         ->capture_default_str();
-    cmd.add_option("--kv-type", kv_type,
-                   "Element type of stored K and V: " + kv::kv_type_names() +
-                       " (q8_0, q4_0: ggml's blocks of 32, need head_dim a multiple of 32)")
+    cmd.add_option(
+           "--kv-type", kv_type,
+           "Element type of stored K and V: " + kv::kv_type_names() +
+               " (q8_0, q4_0, q4_1: ggml's blocks of 32, as llama.cpp's -ctk/-ctv; they need head_dim a "
+               "multiple of 32)")
         ->capture_default_str();
 }
 
@@ -147,6 +155,7 @@ result<policy::params> kv_options::to_params() const {
     if (policy::facts_of(p.name).ok() && !policy::policy_evicts(p.name)) {
         std::vector<std::string> given;
         if (!budget.empty()) given.push_back("--kv-budget");
+        if (!budget_bytes.empty()) given.push_back("--kv-budget-bytes");
         if (recent) given.push_back("--kv-recent");
         if (sinks) given.push_back("--kv-sinks");
         if (decay) given.push_back("--kv-decay");
@@ -226,6 +235,19 @@ result<engine::session_params> kv_options::to_session_params(int64_t n_ctx) cons
     auto type = kv::parse_kv_type(kv_type);
     if (!type.ok()) return type.error().with_context("--kv-type");
     sp.kv_type = *type;
+    if (!budget_bytes.empty()) {
+        if (!budget.empty()) {
+            return invalid_argument(
+                "--kv-budget {} and --kv-budget-bytes {} given; give the budget in tokens or in bytes, not "
+                "both",
+                budget, budget_bytes);
+        }
+        auto bytes = kv::parse_bytes(budget_bytes);
+        if (!bytes.ok()) return bytes.error().with_context("--kv-budget-bytes");
+        if (*bytes < 1)
+            return invalid_argument("--kv-budget-bytes {}: expected at least 1 byte", budget_bytes);
+        sp.kv_budget_bytes = *bytes;
+    }
     sp.prefill_chunk = prefill_chunk;
     sp.n_ctx = n_ctx;
     H2OKV_RETURN_IF_ERROR(sp.validate());
@@ -302,6 +324,11 @@ result<std::vector<engine::session_params>> sweep_options::runs(const kv_options
     if (!active()) {
         out.push_back(base);
         return out;
+    }
+    if (base.kv_budget_bytes > 0) {
+        return invalid_argument(
+            "--kv-budget-bytes with a sweep: the sweep's budgets (--sweep-budgets) are tokens; give one "
+            "or the other");
     }
     bool have_full = false;
     for (const auto& spec : policies) {

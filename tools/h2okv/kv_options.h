@@ -33,6 +33,7 @@ struct model_options {
 struct kv_options {
     std::string policy = policy::params{}.name;
     std::string budget;
+    std::string budget_bytes;       // --kv-budget-bytes: "64MiB", "512KiB", bytes
     std::optional<int64_t> recent;  // unset: the policy's default
     std::optional<int64_t> sinks;
     std::optional<double> decay;

@@ -17,6 +17,7 @@ enum class tensor_type : uint32_t {
     f32 = 0,
     f16 = 1,
     q4_0 = 2,
+    q4_1 = 3,
     q8_0 = 8,
     q4_k = 12,
     q6_k = 14,
@@ -30,14 +31,15 @@ struct tensor_type_traits {
     int64_t block_bytes;     // bytes per block
 };
 
-// Q4_0: f16 scale + 32 4-bit values; Q8_0: f16 scale + 32 int8; Q4_K: 2 f16 + 12 bytes of 6-bit scales +
+// Q4_0: f16 scale + 32 4-bit values; Q4_1: f16 scale and f16 minimum + 32 4-bit values (a KV-cache type
+// here: no matmul reads it); Q8_0: f16 scale + 32 int8; Q4_K: 2 f16 + 12 bytes of 6-bit scales +
 // 128 bytes of nibbles per 256; Q6_K: 128 low nibbles + 64 high bit pairs + 16 int8 scales + f16 per 256
 // (the bit layouts: src/kernels/blocks.h).
 inline constexpr tensor_type_traits k_tensor_types[] = {
     {tensor_type::f32, "F32", 1, 4},       {tensor_type::f16, "F16", 1, 2},
     {tensor_type::bf16, "BF16", 1, 2},     {tensor_type::q4_0, "Q4_0", 32, 18},
-    {tensor_type::q8_0, "Q8_0", 32, 34},   {tensor_type::q4_k, "Q4_K", 256, 144},
-    {tensor_type::q6_k, "Q6_K", 256, 210},
+    {tensor_type::q4_1, "Q4_1", 32, 20},   {tensor_type::q8_0, "Q8_0", 32, 34},
+    {tensor_type::q4_k, "Q4_K", 256, 144}, {tensor_type::q6_k, "Q6_K", 256, 210},
 };
 
 // The index in k_tensor_types of type number t, or -1 when h2okv does not know it. (Indices, not pointers:

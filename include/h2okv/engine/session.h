@@ -30,6 +30,10 @@ struct session_params {
     policy::params kv;
     // The element type K and V are stored in (f16 by default, as llama.cpp).
     kv::kv_type kv_type = kv::kv_type::f16;
+    // A budget in bytes of K/V per sequence instead of kv.budget (0: none; an evicting policy only): the
+    // session takes the largest token budget whose K/V rows fit it at kv_type's row size
+    // (kv::kv_cache::budget_for_bytes); its params() then hold that count as kv.budget (and 0 here).
+    int64_t kv_budget_bytes = 0;
     // Tokens per prefill chunk (>= 1).
     int prefill_chunk = 512;
     // Context length; 0 takes the model's; bounds the run under `full`.

@@ -89,8 +89,8 @@ private:
 // True for the weight types matmul and dequantize_row handle (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 // Loaders check this and refuse other types with a status; the kernels themselves do not check.
 bool matmul_supports(core::tensor_type t) noexcept;
-// Bytes of one row of `cols` elements of type `t` (0 when `t` is unsupported or cols is not a whole number of
-// blocks).
+// Bytes of one row of `cols` elements of type `t`: a matmul_supports type or Q4_1 (a KV-cache type only); 0
+// for other types or when cols is not a whole number of blocks.
 size_t row_size(core::tensor_type t, int64_t cols) noexcept;
 
 // y[t*rows + r] = dot(W row r, x[t*cols ...]) for t < n_tok. x: [n_tok][cols] f32; y: [n_tok][rows] f32 (must
@@ -108,8 +108,8 @@ void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept;
 // the threads, and the k-quants quantise x once. The same bits as n matmul calls.
 void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept;
 
-// Converts `n` elements of a row of type `t` to f32 (n a whole number of blocks for quantised types). src:
-// the row's bytes.
+// Converts `n` elements of a row of type `t` (a matmul_supports type or Q4_1) to f32 (n a whole number of
+// blocks for quantised types). src: the row's bytes.
 void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept;
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; x, w, out: [n]; out may alias x. The sum of squares is
@@ -163,16 +163,16 @@ void softmax(float* x, int n) noexcept;
 void swiglu(const float* gate, const float* up, int n, float* out) noexcept;
 
 // A slot-indexed K or V store of one KV head, as attend reads it: row s holds head_dim elements of `type` at
-// data + s * row_bytes. Types: f32, f16 (IEEE binary16), q8_0 or q4_0 (ggml's blocks of 32, so head_dim must
-// be a multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
+// data + s * row_bytes. Types: f32, f16 (IEEE binary16), q8_0, q4_0 or q4_1 (ggml's blocks of 32, so head_dim
+// must be a multiple of 32); the values are those dequantize_row gives. The view does not own `data`.
 struct kv_rows {
     core::tensor_type type;
     const std::byte* data;
     size_t row_bytes;
 };
 
-// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0 and
-// q4_0 for multiples of 32.
+// True when attend reads rows of type `t` with this head_dim: f32 and f16 for any head_dim >= 1, q8_0, q4_0
+// and q4_1 for multiples of 32.
 bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
@@ -221,8 +221,8 @@ void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v,
 // H2OKV_ISA names; its "scalar" is `reference` here); `set_isa` switches every dispatched kernel (for tests
 // and benchmarks comparing variants; a call already running finishes with the variant it started with) and
 // returns false, changing nothing, when the CPU (or the OS, for the AVX-512 register state) lacks the ISA or
-// this build does not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul and dequantize_row and
-// shares the avx2 softmax and attend.
+// this build does not have it. avx512 needs AVX-512 F/BW/DQ/VL; it has its own matmul, dequantize_row and
+// attend and shares the avx2 softmax.
 enum class isa { reference, avx2, avx512 };
 const char* isa_name(isa i) noexcept;  // "reference", "avx2", "avx512"
 isa best_isa() noexcept;
@@ -233,12 +233,14 @@ bool set_isa(isa i) noexcept;
 
 namespace h2okv::kernels {
 
-// Converts `n` f32 values to a row of type `t` (any type matmul_supports; n a whole number of blocks), the
-// inverse of dequantize_row up to the type's rounding. dst: row_size(t, n) bytes. Returns false for other
-// types or a partial block. Round to nearest with these scales:
+// Converts `n` f32 values to a row of type `t` (any type matmul_supports, or Q4_1; n a whole number of
+// blocks), the inverse of dequantize_row up to the type's rounding. dst: row_size(t, n) bytes. Returns false
+// for other types or a partial block. Round to nearest with these scales:
 //   Q8_0 as ggml: per block of 32, d = max|x| / 127 stored as fp16, q = round(x / d); |error| <= d/2.
 //   Q4_0 as ggml: d = -(the signed x of largest magnitude) / 8, q = min(15, floor(x/d + 8.5)); |error| <= d/2
 //     except on the side opposite that x, where the clamp at 15 allows up to |d|.
+//   Q4_1 as ggml: d = (max x - min x) / 15 and m = min x, q = min(15, floor((x - m)/d + 0.5)); |error| <= d/2
+//     plus the fp16 rounding of m and of d (times q <= 15).
 //   Q4_K: per 32 elements an offset m_j = max(0, -min x) and step s_j = (max x + m_j) / 15, stored as 6-bit
 //     multiples of the block's fp16 dmin and d, rounded up so the grid still covers the sub-block (no
 //     clipping); |error| <= (d*sc_j)/2 with the stored values.

@@ -72,9 +72,16 @@ public:
     // What create() with the same arguments allocates, without allocating (the same validation).
     static result<cache_footprint> plan(const model::hparams& hp, const policy::params& pp, int max_chunk,
                                         int64_t n_ctx, int64_t run_length, kv_type type);
-    // run_length resolves fractional budgets (SPEC.md). n_ctx bounds positions under `full`. q8_0 needs a
-    // head_dim that is a multiple of 32 (refused otherwise). A cache larger than the machine can hold is
-    // refused before anything is allocated.
+    // The largest budget (tokens per unit, for pp's policy with its own budget ignored) whose cache's K/V
+    // rows (plan's kv_bytes at the type's exact row size: budget + chunk slots per unit of the global layers,
+    // and the sliding-window layers' fixed slots) take at most `bytes`. Refused, saying what one token costs,
+    // when no budget fits, and with plan's reason when the largest that fits is invalid for the policy (too
+    // small for its recent window and sinks).
+    static result<int64_t> budget_for_bytes(const model::hparams& hp, const policy::params& pp, int max_chunk,
+                                            int64_t n_ctx, int64_t run_length, kv_type type, int64_t bytes);
+    // run_length resolves fractional budgets (SPEC.md). n_ctx bounds positions under `full`. The block KV
+    // types need a head_dim that is a multiple of 32 (refused otherwise). A cache larger than the machine can
+    // hold is refused before anything is allocated.
     static result<std::unique_ptr<kv_cache>> create(const model::hparams& hp, const policy::params& pp,
                                                     int max_chunk, int64_t n_ctx, int64_t run_length,
                                                     kv_type type);

@@ -3,9 +3,9 @@
 // one element type. Slot s of a head is written once per token that occupies it (the policy decides which)
 // and read by attention through a kernels::kv_rows view; nothing is ever moved.
 //
-// Element types: f32, f16 (the default, as llama.cpp), q8_0 or q4_0 (ggml's blocks of 32 with an fp16 scale,
-// as llama.cpp's -ctk/-ctv of those names; head_dim must be a multiple of 32). The stored value is the
-// rounding of the f32 row, and attention reads the stored values.
+// Element types: f32, f16 (the default, as llama.cpp), q8_0, q4_0 or q4_1 (ggml's blocks of 32 with an fp16
+// scale, and q4_1's fp16 minimum, as llama.cpp's -ctk/-ctv of those names; head_dim must be a multiple of
+// 32). The stored value is the rounding of the f32 row, and attention reads the stored values.
 //
 //   H2OKV_ASSIGN_OR_RETURN(auto store,
 //                          kv::slot_store::create(n_layer, n_kv_head, head_dim, 320, kv_type::f16));
@@ -26,13 +26,13 @@
 namespace h2okv::kv {
 
 // The element type of stored K and V.
-enum class kv_type { f32, f16, q8_0, q4_0 };
-const char* kv_type_name(kv_type t) noexcept;  // "f32", "f16", "q8_0", "q4_0"
-std::string kv_type_names();                   // "f32, f16, q8_0, q4_0"
+enum class kv_type { f32, f16, q8_0, q4_0, q4_1 };
+const char* kv_type_name(kv_type t) noexcept;  // "f32", "f16", "q8_0", "q4_0", "q4_1"
+std::string kv_type_names();                   // "f32, f16, q8_0, q4_0, q4_1"
 // Parses a name of kv_type_name; the error lists the valid names.
 result<kv_type> parse_kv_type(std::string_view name);
-// Bytes of one stored row of head_dim elements: 4 or 2 per element, 34 per 32 for q8_0, 18 per 32 for q4_0;
-// 0 when a block type's 32 does not divide head_dim.
+// Bytes of one stored row of head_dim elements: 4 or 2 per element, 34 per 32 for q8_0, 18 per 32 for q4_0,
+// 20 per 32 for q4_1; 0 when a block type's 32 does not divide head_dim.
 size_t kv_row_bytes(kv_type t, int head_dim) noexcept;
 // The kernels' name of the type.
 core::tensor_type kv_tensor_type(kv_type t) noexcept;
@@ -40,7 +40,7 @@ core::tensor_type kv_tensor_type(kv_type t) noexcept;
 class slot_store {
 public:
     slot_store() = default;
-    // Refuses a type that cannot hold head_dim (q8_0 and q4_0 need a multiple of 32) and reports a failed
+    // Refuses a type that cannot hold head_dim (the block types need a multiple of 32) and reports a failed
     // allocation.
     static result<slot_store> create(int n_layer, int n_kv_head, int head_dim, int64_t capacity,
                                      kv_type type);

@@ -1,5 +1,5 @@
-// The reference attention over f32, f16, q8_0 and q4_0 K/V rows: every element decoded on its own (the values
-// dequantize_row defines), dot products and weighted sums in double, one head after the other.
+// The reference attention over f32, f16, q8_0, q4_0 and q4_1 K/V rows: every element decoded on its own (the
+// values dequantize_row defines), dot products and weighted sums in double, one head after the other.
 #include <algorithm>
 #include <cstring>
 
@@ -36,6 +36,16 @@ double element(const kv_rows& r, int32_t slot, int d) {
             const auto byte = static_cast<uint8_t>(block[2 + i % 16]);
             const int q = (i < 16 ? byte & 0xF : byte >> 4) - 8;
             return detail::half_to_float(h) * static_cast<float>(q);  // exact, as dequantize_row
+        }
+        case core::tensor_type::q4_1: {
+            const std::byte* block = row + static_cast<size_t>(d / detail::q4_1_elems) * detail::q4_1_bytes;
+            uint16_t h[2];
+            std::memcpy(h, block, 4);
+            const int i = d % detail::q4_1_elems;
+            const auto byte = static_cast<uint8_t>(block[detail::q4_1_qs_offset + i % 16]);
+            const int q = i < 16 ? byte & 0xF : byte >> 4;
+            // d * q is exact, the sum rounds once to float: dequantize_row's value.
+            return detail::half_to_float(h[0]) * static_cast<float>(q) + detail::half_to_float(h[1]);
         }
         default: {
             float f;

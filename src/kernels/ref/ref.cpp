@@ -17,6 +17,8 @@ using core::tensor_type;
 
 using detail::q4_0_bytes;
 using detail::q4_0_elems;
+using detail::q4_1_bytes;
+using detail::q4_1_elems;
 using detail::q4_k_bytes;
 using detail::q4_k_elems;
 using detail::q6_k_bytes;
@@ -43,6 +45,21 @@ void dequantize_q4_0(const std::byte* src, int64_t n, float* dst) {
         for (int i = 0; i < 16; ++i) {
             y[i] = d * static_cast<float>((qs[i] & 0xF) - 8);
             y[i + 16] = d * static_cast<float>((qs[i] >> 4) - 8);
+        }
+    }
+}
+
+void dequantize_q4_1(const std::byte* src, int64_t n, float* dst) {
+    for (int64_t b = 0; b < n / q4_1_elems; ++b) {
+        const std::byte* block = src + b * q4_1_bytes;
+        const float d = load_half(block);
+        const float m = load_half(block + 2);
+        const auto* qs = reinterpret_cast<const uint8_t*>(block + detail::q4_1_qs_offset);
+        float* y = dst + b * q4_1_elems;
+        // d * q is exact in float (11 by 4 significant bits), so the sum rounds once, fused or not.
+        for (int i = 0; i < 16; ++i) {
+            y[i] = d * static_cast<float>(qs[i] & 0xF) + m;
+            y[i + 16] = d * static_cast<float>(qs[i] >> 4) + m;
         }
     }
 }
@@ -130,6 +147,10 @@ void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) 
         case tensor_type::q4_0:
             assert(n % q4_0_elems == 0);
             dequantize_q4_0(src, n, dst);
+            return;
+        case tensor_type::q4_1:
+            assert(n % q4_1_elems == 0);
+            dequantize_q4_1(src, n, dst);
             return;
         case tensor_type::q4_k:
             assert(n % q4_k_elems == 0);

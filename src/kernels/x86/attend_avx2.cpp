@@ -1,6 +1,6 @@
-// AVX2 + FMA + F16C attention over f32, f16, q8_0 and q4_0 K/V rows (kernels::attend's contract). The query
-// heads of a GQA group are taken up to three at a time: each K or V chunk is loaded and converted once and
-// feeds every head's accumulators. Every accumulator belongs to one (head, slot) or one (head, output
+// AVX2 + FMA + F16C attention over f32, f16, q8_0, q4_0 and q4_1 K/V rows (kernels::attend's contract). The
+// query heads of a GQA group are taken up to three at a time: each K or V chunk is loaded and converted once
+// and feeds every head's accumulators. Every accumulator belongs to one (head, slot) or one (head, output
 // element), so a head's bits do not depend on how many heads share the pass. head_dim not a multiple of 8
 // goes to the reference kernel (no model in use has one).
 #include "kernels/blocks.h"
@@ -60,6 +60,23 @@ struct q4_0_rows {
         q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
         const __m256i qi = _mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8));
         return _mm256_mul_ps(_mm256_cvtepi32_ps(qi), d);
+    }
+};
+
+struct q4_1_rows {
+    // d * q + m, the values dequantize_row gives (d * q is exact, so the fused add rounds as its addition).
+    H2OKV_AVX2 static __m256 load(const std::byte* row, int i) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q4_1_elems) * detail::q4_1_bytes;
+        uint16_t dm[2];
+        std::memcpy(dm, block, 4);
+        const __m256 d = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(dm[0])));
+        const __m256 m = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(dm[1])));
+        const int off = i % detail::q4_1_elems;
+        __m128i q =
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + detail::q4_1_qs_offset + (off & 15)));
+        if (off >= 16) q = _mm_srli_epi16(q, 4);
+        q = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), d, m);
     }
 };
 
@@ -237,6 +254,9 @@ H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows&
     } else if (k.type == tt::q4_0) {
         attend_rows<q4_0_rows, q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
                                           weights_stride);
+    } else if (k.type == tt::q4_1) {
+        attend_rows<q4_1_rows, q4_1_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                          weights_stride);
     } else if (v.type == tt::f16) {
         attend_rows<f32_rows, f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
                                         weights_stride);
@@ -245,6 +265,9 @@ H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows&
                                          weights_stride);
     } else if (v.type == tt::q4_0) {
         attend_rows<f32_rows, q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
+                                         weights_stride);
+    } else if (v.type == tt::q4_1) {
+        attend_rows<f32_rows, q4_1_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
                                          weights_stride);
     } else {
         attend_rows<f32_rows, f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,

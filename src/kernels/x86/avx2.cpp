@@ -142,6 +142,26 @@ struct q4_0_codec {
     }
 };
 
+// Q4_1 (a KV-cache type): d * q + m, one fused multiply-add that rounds where the reference's addition does
+// (d * q is exact in float).
+struct q4_1_codec {
+    static constexpr int64_t elems = detail::q4_1_elems;
+    static constexpr size_t bytes = detail::q4_1_bytes;
+    H2OKV_AVX2 static void group(const std::byte* block, int64_t /*g*/, __m256* w) {
+        uint16_t dm[2];
+        std::memcpy(dm, block, 4);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(dm[0]));
+        const __m256 m = _mm256_set1_ps(_cvtsh_ss(dm[1]));
+        const __m128i low4 = _mm_set1_epi8(0x0F);
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + detail::q4_1_qs_offset));
+        const __m128i lo = _mm_and_si128(qs, low4);
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(qs, 4), low4);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) w[u] = _mm256_fmadd_ps(d, u8_to_ps(parts[u]), m);
+    }
+};
+
 struct q4_k_codec {
     static constexpr int64_t elems = detail::q4_k_elems;
     static constexpr size_t bytes = detail::q4_k_bytes;
@@ -432,6 +452,7 @@ H2OKV_AVX2 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, f
             dequantize_q8_0(src, n, dst);
             return;
         case tensor_type::q4_0: dequantize_blocks<q4_0_codec>(src, n, dst); return;
+        case tensor_type::q4_1: dequantize_blocks<q4_1_codec>(src, n, dst); return;
         case tensor_type::q4_k: dequantize_blocks<q4_k_codec>(src, n, dst); return;
         case tensor_type::q6_k: dequantize_blocks<q6_k_codec>(src, n, dst); return;
         default: assert(false && "dequantize_row: unsupported tensor type"); return;

@@ -27,8 +27,9 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // silu(g) * up with the polynomial exp (sigmoid from exp(-|g|)); gates below -87 give 0 (|silu(g) * up|
 // < |g * up| * exp(-87) there).
 void swiglu(const float* gate, const float* up, int n, float* out);
-// kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0 and q4_0 decoded
-// exactly (d * q, d * (q - 8) in f32), each head's dot products and weighted sums as float FMA chains.
+// kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0, q4_0 and q4_1 decoded
+// as dequantize_row (d * q, d * (q - 8), d * q + m in f32), each head's dot products and weighted sums as
+// float FMA chains.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
 

@@ -310,6 +310,23 @@ struct q4_0_codec {
     }
 };
 
+// Q4_1 (a KV-cache type): the block's 16 values d * q + m, as q4_0_codec picks its own. d * q is exact in
+// float, so the fused multiply-add rounds where the reference's addition does.
+struct q4_1_codec {
+    static constexpr int64_t step = 32;
+    static constexpr bool dense = false;
+    H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
+        const std::byte* block = row + static_cast<size_t>(i / detail::q4_1_elems) * detail::q4_1_bytes;
+        const reg values =
+            _mm512_fmadd_ps(_mm512_set1_ps(half_at(block)),
+                            _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                            _mm512_set1_ps(half_at(block + 2)));
+        const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + detail::q4_1_qs_offset));
+        w[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(qs), values);
+        w[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_srli_epi16(qs, 4)), values);
+    }
+};
+
 // Q4_K sub-block g: (d*sc) * q - dmin*m. d*sc (11 x 6 bits) and (d*sc) * q (17 x 4 bits) are exact in
 // float, so one fused multiply-subtract rounds exactly where the reference's subtraction does.
 struct q4_k_codec {
@@ -420,6 +437,7 @@ H2OKV_AVX512 void dequantize_row(tensor_type t, const std::byte* src, int64_t n,
         case tensor_type::bf16: x86::decode_row<v512, bf16_codec>(src, n, dst); return;
         case tensor_type::q8_0: x86::decode_row<v512, q8_0_codec>(src, n, dst); return;
         case tensor_type::q4_0: x86::decode_row<v512, q4_0_codec>(src, n, dst); return;
+        case tensor_type::q4_1: x86::decode_row<v512, q4_1_codec>(src, n, dst); return;
         case tensor_type::q4_k: x86::decode_row<v512, q4_k_codec>(src, n, dst); return;
         case tensor_type::q6_k: x86::decode_row<v512, q6_k_codec>(src, n, dst); return;
         default: assert(false && "dequantize_row: unsupported tensor type"); return;
@@ -431,19 +449,11 @@ H2OKV_AVX512 void dequantize_row(tensor_type t, const std::byte* src, int64_t n,
 namespace h2okv::kernels::detail {
 
 const kernel_table& avx512_table() {
-    // Softmax and attention are memory- or latency-bound at the sizes the engine uses: the AVX2 versions.
-    static const kernel_table t{isa::avx512,
-                                &avx512::matmul_rows,
-                                &avx512::dequantize_row,
-                                &avx2::softmax,
-                                &avx2::attend,
-                                &avx2::rmsnorm,
-                                &avx2::swiglu,
-                                &avx2::quantize_q8k,
-                                &avx512::kquant_rows,
-                                &avx2::turn_rows,
-                                &avx2::quantize_q8_0_act,
-                                &avx512::q8_0_dot_rows};
+    // Softmax is latency-bound at the sizes the engine uses: the AVX2 version.
+    static const kernel_table t{isa::avx512,      &avx512::matmul_rows,     &avx512::dequantize_row,
+                                &avx2::softmax,   &avx512::attend,          &avx2::rmsnorm,
+                                &avx2::swiglu,    &avx2::quantize_q8k,      &avx512::kquant_rows,
+                                &avx2::turn_rows, &avx2::quantize_q8_0_act, &avx512::q8_0_dot_rows};
     return t;
 }
 

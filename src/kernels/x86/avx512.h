@@ -1,7 +1,7 @@
 // AVX-512 (F/BW/DQ/VL) + FMA + F16C variants of the dispatched kernels (same contracts as
 // h2okv/kernels/kernels.h). Call them only when core::cpu_supports(core::cpu_isa::avx512) is true;
-// kernels.cpp does the dispatch, tests call them directly to compare with ref/. Softmax, attend, rmsnorm and
-// swiglu have no AVX-512 variant: the avx512 table uses the AVX2 ones.
+// kernels.cpp does the dispatch, tests call them directly to compare with ref/. Softmax, rmsnorm and swiglu
+// have no AVX-512 variant: the avx512 table uses the AVX2 ones.
 //
 //   using namespace h2okv;
 //   if (core::cpu_supports(core::cpu_isa::avx512)) kernels::avx512::matmul_rows(w, x, n_tok, y, 0, w.rows);
@@ -18,6 +18,10 @@ namespace h2okv::kernels::avx512 {
 
 void matmul_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
 void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float* dst);
+// kernels::attend (src/kernels/x86/attend_avx512.cpp): the AVX2 kernel's passes on 16 lanes for head_dim a
+// multiple of 16 (the AVX2 kernel otherwise), every KV type decoded as dequantize_row.
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
 // kernel_table::kquant_rows: with AVX512-VNNI 16-row panels and a 512-bit Q4_K decode kernel, else AVX2's.
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);

@@ -85,7 +85,8 @@ TEST(Session, BudgetHoldingTheRunIsBitIdenticalToFull) {
 
 // KV types on a synthetic model with head_dim 64 and GQA 4 (q8_0 needs head_dim a multiple of 32): the
 // cache's bytes are the type's, a budget holding the run is bit-identical to full, the rounding changes the
-// logits (f16 and q8_0 differ from f32, little; q4_0 more), and two threads give the same bits as one.
+// logits (f16 and q8_0 differ from f32, little; q4_0 and q4_1 more), and two threads give the same bits as
+// one.
 TEST(Session, KvTypesOnASyntheticModel) {
     const testing::synthetic_model sm = testing::load_synthetic({256, 2, 4, 1, 192, 300, 2048, true}, 9);
     ASSERT_NE(sm.model, nullptr);
@@ -93,7 +94,8 @@ TEST(Session, KvTypesOnASyntheticModel) {
     const std::vector<int32_t> tokens = testing::random_ids(48, 300, 3);
     const auto full_f32 = run_all(make("full", 0, policy::granularity::head), 8, tokens, kv::kv_type::f32, m);
     std::map<std::string, double> worst_of;  // per type: the largest logit difference from f32
-    for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0, kv::kv_type::q4_0}) {
+    for (auto type :
+         {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0, kv::kv_type::q4_0, kv::kv_type::q4_1}) {
         SCOPED_TRACE(kv::kv_type_name(type));
         engine::session_params sp;
         sp.kv_type = type;
@@ -104,7 +106,8 @@ TEST(Session, KvTypesOnASyntheticModel) {
         EXPECT_EQ(kv::kv_row_bytes(type, 64), type == kv::kv_type::f32    ? 256u
                                               : type == kv::kv_type::f16  ? 128u
                                               : type == kv::kv_type::q8_0 ? 68u
-                                                                          : 36u);
+                                              : type == kv::kv_type::q4_0 ? 36u
+                                                                          : 40u);
 
         const auto full = run_all(make("full", 0, policy::granularity::head), 8, tokens, type, m);
         for (const std::string name : {"h2o", "tova", "window"}) {
@@ -121,8 +124,8 @@ TEST(Session, KvTypesOnASyntheticModel) {
         } else {
             EXPECT_GT(worst, 0.0) << "the stored K/V are rounded";
             // 4 bits on random weights move the logits by more than their own size: only the 8- and 16-bit
-            // types are held to "a little" (q4_0's rounding itself is checked against the numpy reference).
-            if (type != kv::kv_type::q4_0) {
+            // types are held to "a little" (the 4-bit roundings are checked against the numpy reference).
+            if (type != kv::kv_type::q4_0 && type != kv::kv_type::q4_1) {
                 EXPECT_LT(worst, 0.05 * largest) << "and only a little";
             }
         }
@@ -141,6 +144,7 @@ TEST(Session, KvTypesOnASyntheticModel) {
     // Coarser storage moves the logits further.
     EXPECT_LT(worst_of["f16"], worst_of["q8_0"]);
     EXPECT_LT(worst_of["q8_0"], worst_of["q4_0"]);
+    EXPECT_LT(worst_of["q8_0"], worst_of["q4_1"]);
 }
 
 // Eight KV heads and contexts long enough that the cache commits a layer's score rows unit by unit in
@@ -173,15 +177,102 @@ TEST(Session, Q8_0KvNeedsHeadDimAMultipleOf32) {
 }
 
 TEST(Session, KvTypeNames) {
-    for (auto type : {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0, kv::kv_type::q4_0}) {
+    for (auto type :
+         {kv::kv_type::f32, kv::kv_type::f16, kv::kv_type::q8_0, kv::kv_type::q4_0, kv::kv_type::q4_1}) {
         auto parsed = kv::parse_kv_type(kv::kv_type_name(type));
         ASSERT_TRUE(parsed.ok());
         EXPECT_EQ(*parsed, type);
     }
-    auto bad = kv::parse_kv_type("q4_1");
+    auto bad = kv::parse_kv_type("q5_0");
     ASSERT_FALSE(bad.ok());
-    EXPECT_NE(bad.error().message().find("f32, f16, q8_0, q4_0"), std::string::npos) << bad.error().message();
+    EXPECT_NE(bad.error().message().find("f32, f16, q8_0, q4_0, q4_1"), std::string::npos)
+        << bad.error().message();
     EXPECT_EQ(engine::session_params{}.kv_type, kv::kv_type::f16) << "f16 is the default";
+}
+
+// A budget in bytes: the largest token budget whose K/V rows (budget + chunk slots) fit, at the type's row
+// size; the session then holds that count. 2 layers x 1 KV head x K and V of 40 bytes (q4_1, head_dim 64):
+// 160 bytes per slot.
+TEST(Session, KvBudgetBytesIsTheLargestTokenBudgetThatFits) {
+    const testing::synthetic_model sm = testing::load_synthetic({256, 2, 4, 1, 192, 300, 2048, true}, 9);
+    ASSERT_NE(sm.model, nullptr);
+    engine::session_params sp;
+    sp.kv.name = "h2o";
+    sp.kv_type = kv::kv_type::q4_1;
+    sp.prefill_chunk = 8;
+    const int64_t per_slot = 160;
+    for (int64_t extra : {int64_t{0}, int64_t{1}, per_slot - 1}) {
+        sp.kv_budget_bytes = per_slot * (32 + 8) + extra;
+        auto s = engine::session::create(*sm.model, sp, 200);
+        ASSERT_TRUE(s.ok()) << s.error().to_string();
+        ASSERT_TRUE((*s)->params().kv.budget.has_value());
+        EXPECT_EQ(*(*s)->params().kv.budget, policy::budget_spec::count(32)) << extra;
+        EXPECT_EQ((*s)->params().kv_budget_bytes, 0);
+        EXPECT_EQ((*s)->cache().bytes(), per_slot * 40);
+        auto fp = engine::session::plan(*sm.model, sp, 200);
+        ASSERT_TRUE(fp.ok());
+        EXPECT_EQ(fp->kv_bytes, (*s)->cache().bytes());
+    }
+    // The same bytes hold more tokens of a smaller type: q4_0 rows are 36 bytes (144 per slot).
+    sp.kv_type = kv::kv_type::q4_0;
+    sp.kv_budget_bytes = per_slot * 40;
+    auto q4_0 = engine::session::create(*sm.model, sp, 200);
+    ASSERT_TRUE(q4_0.ok()) << q4_0.error().to_string();
+    EXPECT_EQ(*(*q4_0)->params().kv.budget, policy::budget_spec::count(per_slot * 40 / 144 - 8));
+    // More bytes than the whole run takes: the budget holds the run.
+    sp.kv_budget_bytes = int64_t{1} << 30;
+    auto all = engine::session::create(*sm.model, sp, 200);
+    ASSERT_TRUE(all.ok()) << all.error().to_string();
+    EXPECT_EQ(*(*all)->params().kv.budget, policy::budget_spec::count(200));
+}
+
+TEST(Session, KvBudgetBytesRefusals) {
+    const testing::synthetic_model sm = testing::load_synthetic({256, 2, 4, 1, 192, 300, 2048, true}, 9);
+    ASSERT_NE(sm.model, nullptr);
+    engine::session_params sp;
+    sp.kv.name = "h2o";
+    sp.kv_type = kv::kv_type::q4_1;
+    sp.prefill_chunk = 8;
+    auto message = [&] {
+        auto s = engine::session::create(*sm.model, sp, 200);
+        EXPECT_FALSE(s.ok());
+        return s.ok() ? std::string() : s.error().message();
+    };
+    // The chunk's 8 slots alone: no token of budget fits.
+    sp.kv_budget_bytes = 160 * 8;
+    std::string m = message();
+    EXPECT_NE(m.find("one token takes 160 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("smallest budget needs 1440 bytes"), std::string::npos) << m;
+    // 32 tokens fit, but not with 40 of them protected as the recent window.
+    sp.kv_budget_bytes = 160 * 40;
+    sp.kv.recent = 40;
+    m = message();
+    EXPECT_NE(m.find("at most 32 tokens"), std::string::npos) << m;
+    EXPECT_NE(m.find("recent"), std::string::npos) << m;
+    sp.kv.recent.reset();
+    // Tokens and bytes at once; a policy that keeps everything; a negative size.
+    sp.kv.budget = policy::budget_spec::count(16);
+    m = message();
+    EXPECT_NE(m.find("give one of them"), std::string::npos) << m;
+    sp.kv.budget.reset();
+    sp.kv.name = "full";
+    m = message();
+    EXPECT_NE(m.find("keeps every token"), std::string::npos) << m;
+    sp.kv.name = "h2o";
+    sp.kv_budget_bytes = -1;
+    m = message();
+    EXPECT_NE(m.find("must be >= 0"), std::string::npos) << m;
+    // Budgets per unit: the bytes would give every unit the same budget.
+    sp.kv_budget_bytes = 160 * 40;
+    sp.kv.schedule = policy::budget_schedule::pyramid;
+    m = message();
+    EXPECT_NE(m.find("budgets per unit (schedule=pyramid)"), std::string::npos) << m;
+    sp.kv.schedule = policy::budget_schedule::uniform;
+    // What no budget changes is refused as it is: the bundled model's head_dim 8 holds no q4_1 block.
+    sp.kv_budget_bytes = 1 << 20;
+    auto s = engine::session::create(*stories().model, sp, 16);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message().find("head_dim is 8"), std::string::npos) << s.error().message();
 }
 
 TEST(Session, ChunkingDoesNotChangeFullCacheLogits) {

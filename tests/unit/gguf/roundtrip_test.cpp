@@ -299,9 +299,9 @@ TEST(Writer, RefusesInconsistentTensors) {
     expect_refused(
         "b", tensor_type::q8_0, {48}, 51,
         "gguf writer: tensor 'b' has row length dims[0] = 48, expected a multiple of Q8_0's block size 32");
-    expect_refused(
-        "b", static_cast<tensor_type>(3), {32}, 20,
-        "gguf writer: tensor 'b' has unknown type 3 (supported: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K)");
+    expect_refused("b", static_cast<tensor_type>(6), {32}, 22,
+                   "gguf writer: tensor 'b' has unknown type 6 (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, "
+                   "Q4_K, Q6_K)");
     expect_refused(
         "b", tensor_type::f32, {int64_t{1} << 32, int64_t{1} << 32}, 0,
         "gguf writer: tensor 'b' has dims [4294967296, 4294967296] whose element count overflows int64");

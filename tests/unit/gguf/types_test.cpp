@@ -16,9 +16,9 @@ TEST(TensorTypes, BlockSizesAndNames) {
     };
     const row rows[] = {
         {tensor_type::f32, 0, "F32", 1, 4},        {tensor_type::f16, 1, "F16", 1, 2},
-        {tensor_type::q4_0, 2, "Q4_0", 32, 18},    {tensor_type::q8_0, 8, "Q8_0", 32, 34},
-        {tensor_type::q4_k, 12, "Q4_K", 256, 144}, {tensor_type::q6_k, 14, "Q6_K", 256, 210},
-        {tensor_type::bf16, 30, "BF16", 1, 2},
+        {tensor_type::q4_0, 2, "Q4_0", 32, 18},    {tensor_type::q4_1, 3, "Q4_1", 32, 20},
+        {tensor_type::q8_0, 8, "Q8_0", 32, 34},    {tensor_type::q4_k, 12, "Q4_K", 256, 144},
+        {tensor_type::q6_k, 14, "Q6_K", 256, 210}, {tensor_type::bf16, 30, "BF16", 1, 2},
     };
     for (const auto& r : rows) {
         EXPECT_EQ(static_cast<uint32_t>(r.type), r.number);
@@ -28,7 +28,7 @@ TEST(TensorTypes, BlockSizesAndNames) {
         EXPECT_EQ(block_elements(r.type), r.elements) << r.name;
         EXPECT_EQ(block_bytes(r.type), r.bytes) << r.name;
     }
-    for (uint32_t unknown : {3u, 9u, 15u, 31u, 1000u}) {
+    for (uint32_t unknown : {6u, 9u, 15u, 31u, 1000u}) {
         EXPECT_FALSE(is_known_tensor_type(unknown));
         EXPECT_EQ(tensor_type_name(unknown), "type " + std::to_string(unknown));
     }

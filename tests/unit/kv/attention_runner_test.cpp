@@ -66,7 +66,7 @@ std::vector<sequence_spec> random_specs(int n, std::mt19937& rng) {
     const char* names[] = {"full", "window", "streaming", "h2o", "tova"};
     const policy::granularity grans[] = {policy::granularity::head, policy::granularity::layer,
                                          policy::granularity::model};
-    const kv_type types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0};
+    const kv_type types[] = {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0, kv_type::q4_1};
     std::vector<sequence_spec> specs;
     for (int i = 0; i < n; ++i) {
         sequence_spec s;
@@ -77,7 +77,7 @@ std::vector<sequence_spec> random_specs(int n, std::mt19937& rng) {
         if (s.p.name != "full") s.p.budget = policy::budget_spec::count(6 + static_cast<int64_t>(rng() % 20));
         if (s.p.name == "streaming") s.p.sinks = 2;
         if (s.p.name == "h2o" && rng() % 2 == 0) s.p.decay = 0.9;
-        s.type = types[rng() % 3];
+        s.type = types[rng() % std::size(types)];
         if (rng() % 2 == 0) s.p.positions = policy::position_mode::rolling;
         specs.push_back(s);
     }

@@ -18,7 +18,7 @@ std::vector<float> row_values(const kernels::kv_rows& r, int32_t slot, int head_
 }
 
 TEST(SlotStore, RowsLandInTheirSlotInTheirType) {
-    for (kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0}) {
+    for (kv_type type : {kv_type::f32, kv_type::f16, kv_type::q8_0, kv_type::q4_0, kv_type::q4_1}) {
         SCOPED_TRACE(kv_type_name(type));
         auto s = slot_store::create(2, 3, 32, 5, type);
         ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -53,6 +53,9 @@ TEST(SlotStore, RefusesWhatItCannotHold) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.error().message().find("multiple of 32"), std::string::npos) << s.error().message();
     EXPECT_FALSE(slot_store::create(1, 1, 48, 4, kv_type::q4_0).ok());
+    EXPECT_FALSE(slot_store::create(1, 1, 48, 4, kv_type::q4_1).ok());
+    EXPECT_EQ(kv_row_bytes(kv_type::q4_1, 64), 40u);  // ggml's block_q4_1: fp16 d and m, 16 bytes of nibbles
+    EXPECT_EQ(kv_row_bytes(kv_type::q4_1, 48), 0u);
     EXPECT_FALSE(slot_store::create(1, 1, 32, 0, kv_type::f16).ok());
 }
 
