@@ -146,28 +146,25 @@ int run_calibrate(const calibrate_options& o) {
     o.model.apply_threads();
     auto lm = load_model(o.model.model_path);
     if (!lm.ok()) return fail(lm.error());
-    auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
-    if (!tok.ok()) return fail(tok.error());
-    auto text = read_text_file(o.text_path);
-    if (!text.ok()) return fail(text.error().with_context("-f"));
-    auto ids = tok->encode(*text, /*add_special=*/false, /*parse_special=*/false);
-    if (!ids.ok()) return fail(ids.error());
+    auto text = read_text_tokens(*lm->file, o.text_path);
+    if (!text.ok()) return fail(text.error());
+    const std::vector<int32_t>& ids = text->ids;
     const model::hparams& hp = lm->model->params();
     const int64_t limit = o.max_tokens > 0 ? o.max_tokens : hp.n_ctx_train;
     if (limit < 16) return fail(invalid_argument("--max-tokens {} must be >= 16 (BOS + 15)", limit));
     // Segments: consecutive stretches of the text, each BOS + limit - 1 tokens (the runs the configuration
     // is for); choosing on several makes the choice less the accident of one passage.
     const auto per = static_cast<size_t>(limit - 1);
-    if (ids->size() < per * static_cast<size_t>(o.segments)) {
+    if (ids.size() < per * static_cast<size_t>(o.segments)) {
         return fail(invalid_argument(
             "-f '{}' has {} tokens; {} segments of {} need {} (lower --segments or --max-tokens)",
-            o.text_path, ids->size(), o.segments, limit, per * static_cast<size_t>(o.segments)));
+            o.text_path, ids.size(), o.segments, limit, per * static_cast<size_t>(o.segments)));
     }
     std::vector<std::vector<int32_t>> segments;
     for (int k = 0; k < o.segments; ++k) {
-        std::vector<int32_t> seg{tok->bos()};
-        seg.insert(seg.end(), ids->begin() + static_cast<ptrdiff_t>(k * per),
-                   ids->begin() + static_cast<ptrdiff_t>((k + 1) * per));
+        std::vector<int32_t> seg{text->bos};
+        seg.insert(seg.end(), ids.begin() + static_cast<ptrdiff_t>(k * per),
+                   ids.begin() + static_cast<ptrdiff_t>((k + 1) * per));
         segments.push_back(std::move(seg));
     }
     if (!(o.head_floor > 0.0 && o.head_floor <= 1.0)) {

@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "h2okv/tokenizer/tokenizer.h"
+
 namespace h2okv::cli {
 
 void model_options::add_to(CLI::App& cmd) {
@@ -402,6 +404,14 @@ result<loaded_model> load_model(const std::string& path) {
     H2OKV_ASSIGN_OR_RETURN(lm.file, gguf::file::open(path));
     H2OKV_ASSIGN_OR_RETURN(lm.model, model::model::load(*lm.file));
     return lm;
+}
+
+result<text_tokens> read_text_tokens(const gguf::file& file, const std::string& text_path) {
+    H2OKV_ASSIGN_OR_RETURN(auto tok, tokenizer::tokenizer::from_gguf(file));
+    auto text = read_text_file(text_path);
+    if (!text.ok()) return text.error().with_context("-f");
+    H2OKV_ASSIGN_OR_RETURN(auto ids, tok.encode(*text, /*add_special=*/false, /*parse_special=*/false));
+    return text_tokens{tok.bos(), std::move(ids)};
 }
 
 status no_model_error() {

@@ -146,6 +146,13 @@ result<loaded_model> load_model(const std::string& path);
 // The error of a command run without -m where no default model exists.
 status no_model_error();
 
+// A text file (-f) as the model's token ids, without BOS, and the BOS id (perplexity, calibrate).
+struct text_tokens {
+    int32_t bos = 0;
+    std::vector<int32_t> ids;
+};
+result<text_tokens> read_text_tokens(const gguf::file& file, const std::string& text_path);
+
 // "<full> for a full cache of the run: <r>x smaller" (or larger), r = full / allocated: how generate and
 // bench state what the KV cache saves.
 std::string kv_saving_text(int64_t allocated, int64_t full);

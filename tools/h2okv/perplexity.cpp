@@ -32,14 +32,11 @@ int run_perplexity(const perplexity_options& o) {
     o.model.apply_threads();
     auto lm = load_model(o.model.model_path);
     if (!lm.ok()) return fail(lm.error());
-    auto tok = tokenizer::tokenizer::from_gguf(*lm->file);
-    if (!tok.ok()) return fail(tok.error());
-    auto text = read_text_file(o.text_path);
-    if (!text.ok()) return fail(text.error().with_context("-f"));
-    auto ids = tok->encode(*text, /*add_special=*/false, /*parse_special=*/false);
-    if (!ids.ok()) return fail(ids.error());
-    std::vector<int32_t> tokens{tok->bos()};
-    tokens.insert(tokens.end(), ids->begin(), ids->end());
+    auto text = read_text_tokens(*lm->file, o.text_path);
+    if (!text.ok()) return fail(text.error());
+    const std::vector<int32_t>& ids = text->ids;
+    std::vector<int32_t> tokens{text->bos};
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
     if (o.max_tokens > 0) {
         if (o.max_tokens < 2)
             return fail(invalid_argument("--max-tokens {} must be >= 2 (BOS + one)", o.max_tokens));
