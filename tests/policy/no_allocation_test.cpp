@@ -16,9 +16,13 @@
 namespace {
 std::atomic<int64_t> g_allocations{0};
 
-void* counted_alloc(std::size_t n) {
+void* counted_malloc(std::size_t n) noexcept {
     g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+    return std::malloc(n == 0 ? 1 : n);
+}
+
+void* counted_alloc(std::size_t n) {
+    if (void* p = counted_malloc(n)) return p;
     throw std::bad_alloc();
 }
 }  // namespace
@@ -28,6 +32,20 @@ void* operator new(std::size_t n) {
 }
 void* operator new[](std::size_t n) {
     return counted_alloc(n);
+}
+// The nothrow forms too (std::stable_sort's temporary buffer uses them): every form this file does not replace
+// would pair the runtime's allocator with the free() below, which AddressSanitizer reports as a mismatch.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+    return counted_malloc(n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+    return counted_malloc(n);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+    std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+    std::free(p);
 }
 void operator delete(void* p) noexcept {
     std::free(p);
