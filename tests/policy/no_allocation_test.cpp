@@ -33,8 +33,9 @@ void* operator new(std::size_t n) {
 void* operator new[](std::size_t n) {
     return counted_alloc(n);
 }
-// The nothrow forms too (std::stable_sort's temporary buffer uses them): every form this file does not replace
-// would pair the runtime's allocator with the free() below, which AddressSanitizer reports as a mismatch.
+// The nothrow forms too (std::stable_sort's temporary buffer uses them): every form this file does not
+// replace would pair the runtime's allocator with the free() below, which AddressSanitizer reports as a
+// mismatch.
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
     return counted_malloc(n);
 }
