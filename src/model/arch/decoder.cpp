@@ -200,8 +200,10 @@ status decoder_model::load_weights(metadata_use& use) {
     tok_embd_ = rows_of(*embd, 0, hp.n_vocab);
     H2OKV_ASSIGN_OR_RETURN(output_norm_, vector(use, "output_norm.weight", hp.n_embd));
     if (hp.tied_output) {
-        output_ = tok_embd_;
-        weight_bytes_ += static_cast<int64_t>(output_.row_bytes) * output_.rows;
+        // The output products read every row each step, the lookups a few rows: a packed copy for the
+        // products (the same bits), and the embedding's pages left to fault back in as tokens need them.
+        output_ = for_products(tok_embd_);
+        if (output_.layout != kernels::weight_layout::rows) file().release(*embd);
     } else {
         H2OKV_ASSIGN_OR_RETURN(output_, matrix(use, "output.weight", hp.n_embd, hp.n_vocab));
     }
