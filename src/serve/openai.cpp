@@ -143,6 +143,33 @@ result<policy::budget_spec> budget_of(const json& b) {
     return invalid_argument("budget must be a token count like 256 or a fraction like 0.2, got {}", shown(b));
 }
 
+// kv_cache.shares / recents / decays (clause 11): a non-empty array of numbers, each in (lo, hi] when
+// lo_open (shares: > 0; decays: (0, 1]) else in [lo, hi) (recents: [0, 1)). Their count is the session's
+// to check (it knows the units), as for the same lists in a policy spec.
+opt_error read_unit_list(const json& kv, const char* key, double lo, bool lo_open, double hi,
+                         std::vector<double>& out) {
+    const json* v = field(kv, key);
+    if (v == nullptr) return std::nullopt;
+    const std::string param = std::string("kv_cache.") + key;
+    if (!v->is_array() || v->empty())
+        return bad(param, fmt::format("{} must be a non-empty array of numbers, got {}", param, shown(*v)));
+    std::vector<double> values;
+    for (size_t i = 0; i < v->size(); ++i) {
+        const json& x = (*v)[i];
+        const double d = x.is_number() ? x.get<double>() : std::nan("");
+        const bool in = std::isfinite(d) && (lo_open ? (d > lo && d <= hi) : (d >= lo && d < hi));
+        if (!x.is_number() || !in) {
+            const std::string range = std::isinf(hi) ? fmt::format("> {}", lo)
+                                                     : fmt::format("in {}{}, {}{}", lo_open ? "(" : "[", lo,
+                                                                   hi, lo_open ? "]" : ")");
+            return bad(param, fmt::format("{}[{}] must be a number {}, got {}", param, i, range, shown(x)));
+        }
+        values.push_back(d);
+    }
+    out = std::move(values);
+    return std::nullopt;
+}
+
 // kv_cache: the request's policy over the server's flags (see the header for the inheritance rule).
 opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     const json* kvp = field(body, "kv_cache");
@@ -150,15 +177,16 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     if (!kvp->is_object())
         return bad("kv_cache", fmt::format("kv_cache must be an object, got {}", shown(*kvp)));
     const json& kv = *kvp;
-    static constexpr const char* k_keys[] = {"policy", "budget",      "recent",    "sinks",
-                                             "decay",  "granularity", "positions", "type"};
+    static constexpr const char* k_keys[] = {"policy",      "budget",    "recent", "sinks",    "decay",
+                                             "granularity", "positions", "type",   "schedule", "ratio",
+                                             "shares",      "recents",   "decays"};
     for (const auto& [key, value] : kv.items()) {
         bool known = false;
         for (const char* k : k_keys) known = known || key == k;
         if (!known) {
             return bad("kv_cache." + key,
                        fmt::format("kv_cache has no field '{}'; valid: policy, budget, recent, sinks, decay, "
-                                   "granularity, positions, type",
+                                   "granularity, positions, type, schedule, ratio, shares, recents, decays",
                                    key));
         }
     }
@@ -206,6 +234,24 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
         if (!m.ok()) return bad("kv_cache.positions", m.error().message(), "invalid_kv_cache");
         p.positions = *m;
     }
+    std::optional<std::string> schedule;
+    if (auto e = read_string(kv, "schedule", "kv_cache.schedule", schedule)) return e;
+    if (schedule) {
+        auto sch = policy::parse_budget_schedule(*schedule);
+        if (!sch.ok()) return bad("kv_cache.schedule", sch.error().message(), "invalid_kv_cache");
+        p.schedule = *sch;
+    }
+    std::optional<double> ratio;
+    if (auto e = read_number(kv, "ratio", "kv_cache.ratio", 0.0, 1.0, false, ratio)) return e;
+    if (ratio) {
+        if (*ratio >= 1.0)
+            return bad("kv_cache.ratio", fmt::format("kv_cache.ratio must be in [0, 1), got {}", *ratio));
+        p.ratio = ratio;
+    }
+    constexpr double k_inf = std::numeric_limits<double>::infinity();
+    if (auto e = read_unit_list(kv, "shares", 0.0, true, k_inf, p.shares)) return e;
+    if (auto e = read_unit_list(kv, "recents", 0.0, false, 1.0, p.recents)) return e;
+    if (auto e = read_unit_list(kv, "decays", 0.0, true, 1.0, p.decays)) return e;
     if (auto e = read_string(kv, "type", "kv_cache.type", type)) return e;
     if (type) {
         auto t = kv::parse_kv_type(*type);

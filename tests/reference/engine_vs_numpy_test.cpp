@@ -256,6 +256,14 @@ const std::vector<run_config> kRuns = {
      1},
     {"keydiff:budget=12,shares=1/2/0.5/1.5/1/1/1/1/3/0.2/0.3/1/1/1/2/2/0.5/0.5/1/1", 5},
     {"tova:budget=9,schedule=pyramid,ratio=0.5,granularity=layer", 7},
+    // snapkv (clause 9.6): 40 tokens in chunks of 13 are three prefill chunks, each ending over budget (the
+    // last `window` queries vote), then one decode chunk; chunks of 7 and 5 vote with every query.
+    {"snapkv:budget=12", 13},
+    {"snapkv:budget=10,window=4,decode=1", 13},
+    {"snapkv:budget=12,window=3,kernel=1,granularity=layer", 7},
+    {"snapkv:budget=10,window=4,kernel=3,sinks=1,granularity=model", 5},
+    {"snapkv:budget=12,window=4,proxy=1", 13},
+    {"snapkv:budget=10,window=3,schedule=pyramid,ratio=0.4", 7},
 };
 
 // Rolling positions (docs/EVICTION_CONTRACT.md, clause 8): every evicting policy, prefill chunks and decode,
@@ -271,11 +279,46 @@ const std::vector<run_config> kRollingRuns = {
     {"l2norm:budget=10,granularity=model,positions=rolling", 5},
     {"keydiff:budget=12,positions=rolling", 4},
     {"tova:budget=9,proxy=1,positions=rolling", 1},
+    {"snapkv:budget=12,window=4,positions=rolling", 13},
 };
 
 TEST(EngineVsNumpy, BundledModel) {
     const auto tokens = random_tokens(40, 512, 1);
     for (const auto& r : kRuns) compare(kSource + "/models/stories260K.gguf", tokens, r);
+}
+
+// The snapkv runs above reach the vote: after the first prefill chunk (13 tokens, budget 12) the kept sets
+// differ from h2o's at the same budget and recent window, and after the decode chunk decode=0 and decode=1
+// differ, so both rankings chose victims.
+TEST(EngineVsNumpy, SnapkvEvictsByVotesAtPrefillChunkEnds) {
+    auto file = gguf::file::open(kSource + "/models/stories260K.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().to_string();
+    auto m = model::model::load(**file);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    const auto tokens = random_tokens(40, 512, 1);
+    auto traces = [&](const std::string& spec) {
+        engine::session_params sp;
+        auto pp = policy::params::parse(spec);
+        EXPECT_TRUE(pp.ok()) << pp.error().to_string();
+        sp.kv = *pp;
+        sp.prefill_chunk = 13;
+        auto s = engine::session::create(**m, sp, static_cast<int64_t>(tokens.size()));
+        EXPECT_TRUE(s.ok()) << s.error().to_string();
+        std::vector<std::vector<std::vector<int64_t>>> out;
+        (*s)->set_chunk_observer([&](int64_t) { out.push_back((*s)->cache().kept_per_head()); });
+        EXPECT_TRUE((*s)->process(tokens, model::logits_mode::none, nullptr).ok());
+        return out;
+    };
+    const auto snap = traces("snapkv:budget=12,window=4,recent=4");
+    const auto h2o = traces("h2o:budget=12,recent=4");
+    const auto snap_h2o_decode = traces("snapkv:budget=12,window=4,recent=4,decode=1");
+    ASSERT_EQ(snap.size(), 4u);
+    ASSERT_EQ(h2o.size(), 4u);
+    ASSERT_EQ(snap_h2o_decode.size(), 4u);
+    for (const auto& unit : snap[0]) EXPECT_EQ(unit.size(), 12u) << "the first prefill chunk evicts";
+    EXPECT_NE(snap[0], h2o[0]) << "votes of the last window's queries, not the sum, choose the victim";
+    EXPECT_EQ(snap[2], snap_h2o_decode[2]) << "decode is not reached before the fourth chunk";
+    EXPECT_NE(snap[3], snap_h2o_decode[3]) << "decode=0 evicts the oldest, decode=1 the lowest sum";
 }
 
 struct synth_case {

@@ -579,10 +579,12 @@ def round_kv(x, kv_type):
 
 # ------------------------------------------------------------------------------------------------ policy
 
-POLICIES = ("full", "window", "streaming", "h2o", "tova", "scissorhands", "keyformer", "l2norm", "keydiff")
+POLICIES = ("full", "window", "streaming", "h2o", "tova", "scissorhands", "keyformer", "l2norm", "keydiff",
+            "snapkv")
 # Each policy's own parameters and their defaults (docs/EVICTION_CONTRACT.md, clause 9).
 EXTRA_PARAMS = {"h2o": {"proxy": 0.0}, "tova": {"proxy": 0.0}, "scissorhands": {"history": 32.0, "proxy": 0.0},
-                "keyformer": {"tau": 1.0, "seed": 0.0, "proxy": 0.0}}
+                "keyformer": {"tau": 1.0, "seed": 0.0, "proxy": 0.0},
+                "snapkv": {"window": 8.0, "kernel": 5.0, "decode": 0.0, "proxy": 0.0}}
 GRANULARITIES = ("head", "layer", "model")
 POSITION_MODES = ("original", "rolling")
 
@@ -621,11 +623,20 @@ def resolve_extra(name, given):
         raise PolicyError(f"{name}: proxy {extra['proxy']} must be 0 or 1")
     if name == "keyformer" and not (0 <= extra["seed"] <= 2**53 and extra["seed"] == int(extra["seed"])):
         raise PolicyError(f"keyformer: seed {extra['seed']} must be an integer in [0, 2^53]")
+    if name == "snapkv":
+        w, k = extra["window"], extra["kernel"]
+        if not (w >= 1 and w == int(w)):
+            raise PolicyError(f"snapkv: window {w} must be an integer >= 1")
+        if not (k >= 1 and k == int(k) and int(k) % 2 == 1):
+            raise PolicyError(f"snapkv: kernel {k} must be an odd integer >= 1")
+        if extra["decode"] not in (0.0, 1.0):
+            raise PolicyError(f"snapkv: decode {extra['decode']} must be 0 or 1")
     return extra
 
 
-def resolve_policy(name, budget, recent, sinks, decay):
-    """Applies SPEC 5's defaults and validation; returns (budget, recent, sinks, decay)."""
+def resolve_policy(name, budget, recent, sinks, decay, extra=None):
+    """Applies SPEC 5's defaults and validation (clause 9's for the policies beyond it; extra: the policy's own
+    parameters as resolve_extra returns them); returns (budget, recent, sinks, decay)."""
     if name not in POLICIES:
         raise PolicyError(f"unknown policy '{name}' (valid: {', '.join(POLICIES)})")
     for label, v in (("recent", recent), ("sinks", sinks)):
@@ -665,6 +676,16 @@ def resolve_policy(name, budget, recent, sinks, decay):
             raise PolicyError(f"h2o: sinks {sinks} + recent {recent} must be < budget {budget} "
                               f"(at least one heavy-hitter slot)")
         return budget, recent, sinks, decay
+    if name == "snapkv":
+        # Clause 9.6: the observation window stays (recent defaults to it), scores are plain sums.
+        window = int((extra or resolve_extra(name, {}))["window"])
+        recent = window if recent is None else recent
+        sinks = 0 if sinks is None else sinks
+        if decay is not None:
+            raise PolicyError(f"snapkv: decay {decay} does not apply")
+        if sinks + recent >= budget:
+            raise PolicyError(f"snapkv: sinks {sinks} + recent {recent} must be < budget {budget}")
+        return budget, recent, sinks, 1.0
     # tova
     recent = 0 if recent is None else recent
     sinks = 0 if sinks is None else sinks
@@ -757,6 +778,9 @@ class Run:
         self.proxy = self.extra.get("proxy", 0.0) == 1.0
         # Rolling positions: per unit, the position each token's stored key was rotated at (its admission).
         self.admitted = np.zeros((self.n_units, n_total), dtype=np.int64)
+        # snapkv (clause 9.6): per unit and position, the last prefill chunk's votes, and that chunk's length.
+        self.vote = np.zeros((self.n_units, n_total))
+        self.chunk = 0
         self.n = 0  # positions processed
 
     def unit_of(self, layer, kv_head):
@@ -830,6 +854,7 @@ class Run:
         xo = m.rmsnorm(x, m.output_norm)
         xo = m.output_quantises(xo) if m.output_quantises is not None else xo
         logits = softcap(xo @ m.output.T + m.output_bias, m.final_softcap)
+        self.chunk = C
         self._update_scores(weights, C, c0, c1)
         self.kept[:, c0:c1] = True
         self.n = c1
@@ -905,6 +930,12 @@ class Run:
                         self.history[u, p] = ((self.history[u, p] << np.uint64(1)) | bit) & mask
                         self.score[u, p] = float(bin(int(self.history[u, p])).count("1"))
             return
+        if self.policy == "snapkv":
+            # Clause 9.6: a prefill chunk's last `window` queries (all of a shorter chunk) vote with their rows.
+            self.vote[:] = 0.0
+            if C > 1:
+                for t in range(max(0, C - int(self.extra["window"])), C):
+                    self.vote[:, :c1] += inc[:, t]
         for t in range(C):
             # Present at query c0 + t: kept positions and chunk positions < c0 + t. Everything else holds 0
             # (positions not admitted yet) or is never read again (evicted), so scaling the whole row is the
@@ -923,6 +954,11 @@ class Run:
             budget, recent = self.unit_budget[u], self.unit_recent[u]
             held0 = np.flatnonzero(self.kept[u]).tolist()
             distance = self._key_distance(u, held0) if self.policy == "keydiff" and len(held0) > budget else None
+            if self.policy == "snapkv" and len(held0) > budget:
+                if self.chunk > 1:
+                    distance = self._pooled_votes(u, held0)
+                elif self.extra["decode"] == 0.0:
+                    by_position = True
             while True:
                 held = np.flatnonzero(self.kept[u])
                 if len(held) <= budget:
@@ -946,6 +982,20 @@ class Run:
                 self.kept[u, victim] = False
                 self.score[u, victim] = 0.0
                 self.history[u, victim] = 0
+
+    def _pooled_votes(self, u, held):
+        """Clause 9.6: each held position's vote averaged over the kernel of held positions around it (by
+        index in ascending position order, cut at the ends)."""
+        half = int(self.extra["kernel"]) // 2
+        m = len(held)
+        rank = {}
+        for j, p in enumerate(held):
+            lo, hi = max(0, j - half), min(m - 1, j + half)
+            total = 0.0
+            for k in range(lo, hi + 1):
+                total += self.vote[u, held[k]]
+            rank[p] = total / (hi - lo + 1)
+        return rank
 
     def _pairs(self, u):
         """The (layer, KV head) pairs of unit u, layer-major."""
@@ -1026,7 +1076,7 @@ def main(argv=None):
     ap.add_argument("--decay", type=float)
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a parameter of the policy's own (scissorhands: history; keyformer: tau, seed; "
-                         "h2o, tova, scissorhands, keyformer: proxy)")
+                         "snapkv: window, kernel, decode; h2o, tova, scissorhands, keyformer, snapkv: proxy)")
     ap.add_argument("--granularity", default="head")
     ap.add_argument("--schedule", default="uniform", help="budgets per unit (contract clause 11): uniform or pyramid")
     ap.add_argument("--ratio", type=float, help="the pyramid schedule's ratio (default 0.5)")
@@ -1089,13 +1139,14 @@ def main(argv=None):
         raise PolicyError("no tokens to process")
     n_total = len(tokens) + args.generate
     budget = resolve_budget(args.budget, n_total)
-    budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay)
     extra = {}
     for item in args.param:
         if "=" not in item:
             raise PolicyError(f"--param {item}: expected NAME=VALUE")
         key, value = item.split("=", 1)
         extra[key] = value
+    own = resolve_extra(args.policy, extra)
+    budget, recent, sinks, decay = resolve_policy(args.policy, budget, args.recent, args.sinks, args.decay, own)
     units = None
     lists = {k: [float(x) for x in v.split("/")] if v else None
              for k, v in (("shares", args.shares), ("recents", args.recents), ("decays", args.decays))}
@@ -1109,7 +1160,7 @@ def main(argv=None):
             layer = u // per_layer if args.granularity != "model" else 0
             r_u = math.floor(lists["recents"][layer] * b_u) if lists["recents"] else args.recent
             d_u = lists["decays"][layer] if lists["decays"] else args.decay
-            b_u, r_u, _, d_u = resolve_policy(args.policy, b_u, r_u, args.sinks, d_u)
+            b_u, r_u, _, d_u = resolve_policy(args.policy, b_u, r_u, args.sinks, d_u, own)
             units[0].append(b_u)
             units[1].append(r_u)
             units[2].append(d_u)

@@ -486,6 +486,28 @@ class EvictionContract(unittest.TestCase):
             with self.assertRaises(R.PolicyError, msg=bad):
                 R.resolve_budget(bad, 100)
 
+    def test_snapkv_parameters(self):
+        # Clause 9.6: recent defaults to the window, sinks + recent < budget, decay refused.
+        self.assertEqual(R.resolve_policy("snapkv", 12, None, None, None), (12, 8, 0, 1.0))
+        own = R.resolve_extra("snapkv", {"window": "3", "kernel": "1", "decode": "1", "proxy": "1"})
+        self.assertEqual(own, {"window": 3.0, "kernel": 1.0, "decode": 1.0, "proxy": 1.0})
+        self.assertEqual(R.resolve_policy("snapkv", 6, None, 1, None, own), (6, 3, 1, 1.0))
+        for bad in (("snapkv", 8, None, None, None), ("snapkv", 12, None, None, 0.9), ("snapkv", 6, 4, 2, None)):
+            with self.assertRaises(R.PolicyError, msg=str(bad)):
+                R.resolve_policy(*bad)
+        for bad in ({"window": "0"}, {"window": "2.5"}, {"kernel": "2"}, {"kernel": "0"}, {"decode": "2"},
+                    {"proxy": "0.5"}, {"history": "4"}):
+            with self.assertRaises(R.PolicyError, msg=str(bad)):
+                R.resolve_extra("snapkv", bad)
+
+    def test_snapkv_pools_the_last_window_votes(self):
+        # Clause 9.6 by hand: five held positions, kernel 3, the edges averaged over the two they have.
+        run = R.Run.__new__(R.Run)
+        run.extra = {"kernel": 3.0}
+        run.vote = np.array([[1.0, 0.0, 4.0, 2.0, 0.0]])
+        pooled = run._pooled_votes(0, [0, 1, 2, 3, 4])
+        self.assertEqual(pooled, {0: 0.5, 1: 5.0 / 3.0, 2: 2.0, 3: 2.0, 4: 1.0})
+
 
 class Allocation(unittest.TestCase):
     """Contract clause 11's budgets per unit, from the rule's worked examples."""

@@ -10,7 +10,8 @@
 //   ... submit p.request->engine to the scheduler, collect the text through a serve::text_stream ...
 //   reply(200, serve::response_json(*p.request, info, text, result));
 //
-// Extension fields: `kv_cache` {"policy", "budget", "recent", "sinks", "decay", "granularity", "type"} picks
+// Extension fields: `kv_cache` {"policy", "budget", "recent", "sinks", "decay", "granularity", "positions",
+// "type", and clause 11's "schedule", "ratio", "shares", "recents", "decays" (arrays of numbers)} picks
 // the request's KV cache (the server's --kv-* flags fill what it leaves out; naming another policy drops the
 // flags' recent, sinks and decay, which belong to the flags' policy; "policy" may also be a whole spec such
 // as "h2o:budget=0.2,recent=8"); `ignore_eos` keeps generating past end-of-generation tokens. Responses add

@@ -146,6 +146,56 @@ TEST(Server, GreedyCompletionEqualsALoneSession) {
     EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
 }
 
+// kv_cache's per-unit budget fields (clause 11) reach the session: the bundled model has 5 layers x 4 KV
+// heads, so 20 shares; the unit with share 3 gets a larger store than any uniform unit (capacity), the
+// footprint follows the per-unit stores, and the resolved policy names them.
+TEST(Server, KvCacheTakesBudgetsPerUnit) {
+    test_server s(small_params());
+    ASSERT_NE(s.srv, nullptr);
+    auto c = s.client();
+    auto post = [&](const std::string& kv) {
+        auto res = c.Post("/v1/completions", completion_body("Once upon a time", 30, kv), "application/json");
+        EXPECT_TRUE(res);
+        return res ? std::make_pair(res->status, json::parse(res->body)) : std::make_pair(0, json());
+    };
+    const auto [st_uniform, uniform] = post(R"({"policy": "h2o", "budget": 12})");
+    ASSERT_EQ(st_uniform, 200) << uniform.dump();
+    const std::string shares = "[1, 2, 0.5, 1.5, 1, 1, 1, 1, 3, 0.2, 0.3, 1, 1, 1, 2, 2, 0.5, 0.5, 1, 1]";
+    const auto [st_shared, shared] = post(R"({"policy": "h2o", "budget": 12, "shares": )" + shares + "}");
+    ASSERT_EQ(st_shared, 200) << shared.dump();
+    EXPECT_GT(shared["kv_cache"]["capacity"].get<int64_t>(), uniform["kv_cache"]["capacity"].get<int64_t>());
+    EXPECT_NE(shared["kv_cache"]["footprint"], uniform["kv_cache"]["footprint"]);
+    EXPECT_NE(shared["kv_cache"]["policy"].get<std::string>().find("shares=1/2/0.5/1.5/"), std::string::npos)
+        << shared.dump();
+    const auto [st_pyr, pyr] =
+        post(R"({"policy": "h2o", "budget": 12, "schedule": "pyramid", "ratio": 0.6, "recents": [0.5, 0.4, )"
+             R"(0.3, 0.2, 0.1], "decays": [1, 0.99, 0.98, 0.97, 0.96]})");
+    ASSERT_EQ(st_pyr, 200) << pyr.dump();
+    EXPECT_GT(pyr["kv_cache"]["capacity"].get<int64_t>(), uniform["kv_cache"]["capacity"].get<int64_t>());
+    EXPECT_NE(pyr["kv_cache"]["policy"].get<std::string>().find("schedule=pyramid,ratio=0.6"),
+              std::string::npos);
+
+    const std::vector<std::pair<std::string, std::string>> refused = {
+        {R"({"policy": "h2o", "budget": 12, "shares": [1, 2]})", "20 units"},
+        {R"({"policy": "h2o", "budget": 12, "shares": "1/2"})", "non-empty array of numbers"},
+        {R"({"policy": "h2o", "budget": 12, "shares": [1, "2"]})", "kv_cache.shares[1]"},
+        {R"({"policy": "h2o", "budget": 12, "shares": [1, -2]})", "kv_cache.shares[1] must be a number > 0"},
+        {R"({"policy": "h2o", "budget": 12, "recents": [0.5, 1.5, 0, 0, 0]})", "kv_cache.recents[1]"},
+        {R"({"policy": "h2o", "budget": 12, "decays": [1, 1, 0, 1, 1]})", "kv_cache.decays[2]"},
+        {R"({"policy": "h2o", "budget": 12, "recents": [0.5]})", "recents"},
+        {R"({"policy": "h2o", "budget": 12, "schedule": "cone"})", "cone"},
+        {R"({"policy": "h2o", "budget": 12, "ratio": -0.1})", "kv_cache.ratio"},
+        {R"({"policy": "h2o", "budget": 12, "ratio": 1})", "kv_cache.ratio must be in [0, 1)"},
+    };
+    for (const auto& [kv, says] : refused) {
+        const auto [status, body] = post(kv);
+        EXPECT_EQ(status, 400) << kv << ": " << body.dump();
+        EXPECT_NE(body["error"]["message"].get<std::string>().find(says), std::string::npos)
+            << kv << ": " << body.dump();
+        EXPECT_EQ(body["error"]["type"], "invalid_request_error") << kv;
+    }
+}
+
 TEST(Server, StreamConcatenatesToTheSameText) {
     const std::string expected = solo_text("Once upon a time", "full", 50);
     test_server s(small_params());
