@@ -170,6 +170,20 @@ opt_error read_unit_list(const json& kv, const char* key, double lo, bool lo_ope
     return std::nullopt;
 }
 
+// kv_cache.KEY: a name that `parse` turns into out (a granularity, position mode, schedule, KV type); its
+// refusal becomes the field's 400. Absent: out is left as it is.
+template <typename T>
+opt_error read_named(const json& kv, const char* key, result<T> (*parse)(std::string_view), T& out) {
+    const std::string param = std::string("kv_cache.") + key;
+    std::optional<std::string> name;
+    if (auto e = read_string(kv, key, param, name)) return e;
+    if (!name) return std::nullopt;
+    auto parsed = parse(*name);
+    if (!parsed.ok()) return bad(param, parsed.error().message(), "invalid_kv_cache");
+    out = *parsed;
+    return std::nullopt;
+}
+
 // kv_cache: the request's policy over the server's flags (see the header for the inheritance rule).
 opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     const json* kvp = field(body, "kv_cache");
@@ -220,27 +234,9 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     std::optional<double> decay;
     if (auto e = read_number(kv, "decay", "kv_cache.decay", 0.0, 1.0, true, decay)) return e;
     if (decay) p.decay = decay;
-    std::optional<std::string> gran, type;
-    if (auto e = read_string(kv, "granularity", "kv_cache.granularity", gran)) return e;
-    if (gran) {
-        auto g = policy::parse_granularity(*gran);
-        if (!g.ok()) return bad("kv_cache.granularity", g.error().message(), "invalid_kv_cache");
-        p.gran = *g;
-    }
-    std::optional<std::string> positions;
-    if (auto e = read_string(kv, "positions", "kv_cache.positions", positions)) return e;
-    if (positions) {
-        auto m = policy::parse_position_mode(*positions);
-        if (!m.ok()) return bad("kv_cache.positions", m.error().message(), "invalid_kv_cache");
-        p.positions = *m;
-    }
-    std::optional<std::string> schedule;
-    if (auto e = read_string(kv, "schedule", "kv_cache.schedule", schedule)) return e;
-    if (schedule) {
-        auto sch = policy::parse_budget_schedule(*schedule);
-        if (!sch.ok()) return bad("kv_cache.schedule", sch.error().message(), "invalid_kv_cache");
-        p.schedule = *sch;
-    }
+    if (auto e = read_named(kv, "granularity", policy::parse_granularity, p.gran)) return e;
+    if (auto e = read_named(kv, "positions", policy::parse_position_mode, p.positions)) return e;
+    if (auto e = read_named(kv, "schedule", policy::parse_budget_schedule, p.schedule)) return e;
     std::optional<double> ratio;
     if (auto e = read_number(kv, "ratio", "kv_cache.ratio", 0.0, 1.0, false, ratio)) return e;
     if (ratio) {
@@ -252,12 +248,7 @@ opt_error read_kv_cache(const json& body, engine::session_params& sp) {
     if (auto e = read_unit_list(kv, "shares", 0.0, true, k_inf, p.shares)) return e;
     if (auto e = read_unit_list(kv, "recents", 0.0, false, 1.0, p.recents)) return e;
     if (auto e = read_unit_list(kv, "decays", 0.0, true, 1.0, p.decays)) return e;
-    if (auto e = read_string(kv, "type", "kv_cache.type", type)) return e;
-    if (type) {
-        auto t = kv::parse_kv_type(*type);
-        if (!t.ok()) return bad("kv_cache.type", t.error().message(), "invalid_kv_cache");
-        sp.kv_type = *t;
-    }
+    if (auto e = read_named(kv, "type", kv::parse_kv_type, sp.kv_type)) return e;
     return std::nullopt;
 }
 
