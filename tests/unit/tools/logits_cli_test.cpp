@@ -141,6 +141,32 @@ TEST_F(LogitsCli, TokensFileDumpIsTheSessionsLogits) {
     EXPECT_EQ(max_abs_diff(a.data, session_logits(tokens, sp)), 0.0f);
 }
 
+// A Q8_0 model with a tied output (qwen2-tiny: no output.weight, so the products read the embedding): every
+// matrix packed, the tied output's packed copy included, gives the bits of the plain rows
+// (H2OKV_PACK_WEIGHTS=0 packs nothing; the setting is read once per process, hence two CLI runs).
+TEST_F(LogitsCli, PackedWeightsWithATiedOutputGiveThePlainRowsBits) {
+    const std::string model = path("tied-q8_0.gguf");
+    int status = -1;
+    run_command(kCli + " gguf synth --shape qwen2-tiny --type q8_0 -o " + model + " 2>&1", &status);
+    ASSERT_EQ(status, 0);
+    const std::string tensors = run_command(kCli + " info --tensors -m " + model + " 2>&1", &status);
+    ASSERT_NE(tensors.find("token_embd.weight         Q8_0"), std::string::npos) << tensors;
+    ASSERT_EQ(tensors.find("\n  output.weight "), std::string::npos) << "the output must be tied:\n"
+                                                                     << tensors;
+    std::string ids;
+    for (int32_t t : spread_tokens(40)) ids += std::to_string(t) + " ";
+    const std::string args = " logits -m " + model + " -t 1 --tokens-file " + write("ids.txt", ids) + " -o ";
+    run_command(kCli + args + path("packed.npy") + " 2>&1", &status);
+    ASSERT_EQ(status, 0);
+    run_command("H2OKV_PACK_WEIGHTS=0 " + kCli + args + path("plain.npy") + " 2>&1", &status);
+    ASSERT_EQ(status, 0);
+    const npy_array packed = read_npy(path("packed.npy"));
+    const npy_array plain = read_npy(path("plain.npy"));
+    ASSERT_EQ(packed.rows, 40);
+    ASSERT_EQ(packed.data.size(), plain.data.size());
+    EXPECT_EQ(std::memcmp(packed.data.data(), plain.data.data(), packed.data.size() * sizeof(float)), 0);
+}
+
 TEST_F(LogitsCli, EvictingRunIsTheSessionsWithTheSameFlags) {
     const std::vector<int32_t> tokens = spread_tokens(96);
     std::string text;
