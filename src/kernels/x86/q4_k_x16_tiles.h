@@ -25,9 +25,12 @@ namespace {
 
 // NT tokens of the `lanes` rows of a group that start at lane `lane0` (x[t]: token t's blocks); y[t *
 // y_stride + lane].
+// While it computes, the tile asks memory for `pf_step` bytes from `pf` per block (its share of the next
+// group), so that the weights stream while the group in cache is computed with.
 template <typename V, int NT>
 H2OKV_KQ_TARGET void q4_k_x16_tile(const std::byte* group, int64_t lane0, const detail::q8k_block* const* x,
-                                   int64_t nb, float* y, int64_t y_stride) {
+                                   int64_t nb, float* y, int64_t y_stride, const std::byte* pf,
+                                   size_t pf_step) {
     using ireg = typename V::ireg;
     using freg = typename V::freg;
     constexpr int64_t G = detail::q4_k_x16_rows;
@@ -40,6 +43,10 @@ H2OKV_KQ_TARGET void q4_k_x16_tile(const std::byte* group, int64_t lane0, const 
         const auto* qs = reinterpret_cast<const int32_t*>(gb + detail::q4_k_x16_qs_offset) + lane0;
         const auto* sc = reinterpret_cast<const uint8_t*>(gb + detail::q4_k_x16_sc_offset) + lane0;
         const auto* m = reinterpret_cast<const uint8_t*>(gb + detail::q4_k_x16_m_offset) + 2 * lane0;
+        if (pf != nullptr) {
+            for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(pf + o);
+            pf += pf_step;
+        }
         ireg iacc[NT];
 #pragma GCC unroll 8
         for (int t = 0; t < NT; ++t) iacc[t] = V::izero();
@@ -96,14 +103,14 @@ H2OKV_KQ_TARGET void q4_k_x16_tile(const std::byte* group, int64_t lane0, const 
 template <typename V, int NT>
 H2OKV_KQ_TARGET void q4_k_x16_tile_n(int nt, const std::byte* group, int64_t lane0,
                                      const detail::q8k_block* const* x, int64_t nb, float* y,
-                                     int64_t y_stride) {
+                                     int64_t y_stride, const std::byte* pf, size_t pf_step) {
     if constexpr (NT > 1) {
         if (nt < NT) {
-            q4_k_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride);
+            q4_k_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride, pf, pf_step);
             return;
         }
     }
-    q4_k_x16_tile<V, NT>(group, lane0, x, nb, y, y_stride);
+    q4_k_x16_tile<V, NT>(group, lane0, x, nb, y, y_stride, pf, pf_step);
 }
 
 // Rows [r0, r1) (whole groups) of a packed Q4_K product over quantised activations: per group, its bytes are
@@ -116,15 +123,23 @@ H2OKV_KQ_TARGET void q4_k_x16_rows(const matrix_view& w, const detail::q8k_block
     assert(r0 % G == 0 && r1 % G == 0);
     const int64_t nb = w.cols / detail::q8k_elems;
     const size_t group_bytes = static_cast<size_t>(nb) * detail::q4_k_x16_block_bytes;
+    // The tiles of a group share the prefetch of the next group evenly, block by block.
+    const int64_t tiles = (n_tok + NT - 1) / NT * (G / V::lanes);
+    const size_t pf_step =
+        (group_bytes + static_cast<size_t>(tiles * nb) - 1) / static_cast<size_t>(tiles * nb);
     for (int64_t g = r0 / G; g < r1 / G; ++g) {
         const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
+        const std::byte* pf = g + 1 < r1 / G ? group + group_bytes : nullptr;
         for (int t = 0; t < n_tok; t += NT) {
             const int nt = std::min(NT, n_tok - t);
             const detail::q8k_block* xt[NT];
             for (int j = 0; j < nt; ++j) xt[j] = xq + (t + j) * nb;
-            for (int64_t lane0 = 0; lane0 < G; lane0 += V::lanes)
+            for (int64_t lane0 = 0; lane0 < G; lane0 += V::lanes) {
                 q4_k_x16_tile_n<V, NT>(nt, group, lane0, xt, nb,
-                                       y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows);
+                                       y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows, pf,
+                                       pf_step);
+                if (pf != nullptr) pf += pf_step * static_cast<size_t>(nb);
+            }
         }
     }
 }

@@ -42,9 +42,12 @@ namespace {
 
 // NT tokens of the `lanes` rows of a group that start at lane `lane0` (x[t]: token t's blocks); y[t *
 // y_stride + lane].
+// While it computes, the tile asks memory for `pf_step` bytes from `pf` per block (the next group's share
+// that this tile fetches), so that the weights stream while the tiles of a group that sits in cache compute.
 template <typename V, int NT>
 H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const detail::q8_0_act* const* x,
-                                   int64_t nb, float* y, int64_t y_stride) {
+                                   int64_t nb, float* y, int64_t y_stride, const std::byte* pf,
+                                   size_t pf_step) {
     using ireg = typename V::ireg;
     using freg = typename V::freg;
     constexpr int64_t G = detail::q8_0_x16_rows;
@@ -54,6 +57,10 @@ H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const 
     for (int64_t b = 0; b < nb; ++b) {
         const std::byte* gb = group + static_cast<size_t>(b) * detail::q8_0_x16_block_bytes;
         const auto* qs = reinterpret_cast<const int32_t*>(gb + detail::q8_0_x16_qs_offset) + lane0;
+        if (pf != nullptr) {
+            for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(pf + o);
+            pf += pf_step;
+        }
         ireg iacc[NT];
 #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) iacc[t] = V::q8_init(x[t][b].bias);
@@ -75,15 +82,15 @@ H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const 
 // A tile of nt (1..NT) tokens, chosen at run time.
 template <typename V, int NT>
 H2OKV_Q8_TARGET void q8_0_x16_tile_n(int nt, const std::byte* group, int64_t lane0,
-                                     const detail::q8_0_act* const* x, int64_t nb, float* y,
-                                     int64_t y_stride) {
+                                     const detail::q8_0_act* const* x, int64_t nb, float* y, int64_t y_stride,
+                                     const std::byte* pf, size_t pf_step) {
     if constexpr (NT > 1) {
         if (nt < NT) {
-            q8_0_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride);
+            q8_0_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride, pf, pf_step);
             return;
         }
     }
-    q8_0_x16_tile<V, NT>(group, lane0, x, nb, y, y_stride);
+    q8_0_x16_tile<V, NT>(group, lane0, x, nb, y, y_stride, pf, pf_step);
 }
 
 template <typename V>
@@ -94,17 +101,23 @@ H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act*
     assert(r0 % G == 0 && r1 % G == 0);
     const int64_t nb = w.cols / detail::q8_0_elems;
     const size_t group_bytes = static_cast<size_t>(nb) * detail::q8_0_x16_block_bytes;
+    // The tiles of a group share the prefetch of the next group evenly, block by block.
+    const int64_t tiles = (n_tok + NT - 1) / NT * (G / V::lanes);
+    const size_t pf_step =
+        (group_bytes + static_cast<size_t>(tiles * nb) - 1) / static_cast<size_t>(tiles * nb);
     for (int64_t g = r0 / G; g < r1 / G; ++g) {
         const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
-        // The next group's first lines, as the one-token kernel walks the groups one after another.
-        for (size_t p = 0; p < 1024 && g + 1 < r1 / G; p += 64) __builtin_prefetch(group + group_bytes + p);
+        const std::byte* pf = g + 1 < r1 / G ? group + group_bytes : nullptr;
         for (int t = 0; t < n_tok; t += NT) {
             const int nt = std::min(NT, n_tok - t);
             const detail::q8_0_act* xt[NT];
             for (int j = 0; j < nt; ++j) xt[j] = xq + (t + j) * nb;
-            for (int64_t lane0 = 0; lane0 < G; lane0 += V::lanes)
+            for (int64_t lane0 = 0; lane0 < G; lane0 += V::lanes) {
                 q8_0_x16_tile_n<V, NT>(nt, group, lane0, xt, nb,
-                                       y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows);
+                                       y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows, pf,
+                                       pf_step);
+                if (pf != nullptr) pf += pf_step * static_cast<size_t>(nb);
+            }
         }
     }
 }
