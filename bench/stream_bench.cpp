@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,10 +46,64 @@ void fill(matrix& m, tensor_type type, int64_t rows, int64_t cols, k::packed_wei
     if (m.view.layout != k::weight_layout::rows) std::vector<std::byte>().swap(m.plain);
 }
 
+// A 16-sequence decode step's attention at equal memory: 16 sequences x 30 layers x 3 KV heads (SmolLM-135M),
+// each (sequence, layer, head) attending its own store of f16 rows in slot order (a cache under eviction is
+// its budget's slots, the kept ones in slot order; `gap` > 1 leaves that share of slots out), 3 query heads
+// per KV head, with the score row: every K/V byte comes from memory.
+int attention(int rounds, int gap) {
+    constexpr int items = 16 * 30 * 3, kept = 490, hd = 64, n_q = 3;
+    const size_t row_bytes = k::row_size(tensor_type::f16, hd);
+    const size_t store_rows = static_cast<size_t>(kept) * static_cast<size_t>(gap);
+    std::mt19937 rng(1);
+    std::vector<std::byte> kv(static_cast<size_t>(items) * 2 * store_rows * row_bytes);
+    std::uniform_int_distribution<int> bits(0x2800, 0x3800);  // fp16 values in [2^-5, 1]
+    for (size_t i = 0; i + 1 < kv.size(); i += 2) {
+        const auto h = static_cast<uint16_t>(bits(rng));
+        std::memcpy(&kv[i], &h, 2);
+    }
+    std::vector<int32_t> slots(store_rows);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::vector<std::vector<int32_t>> item_slots(items);
+    for (auto& v : item_slots) {
+        std::shuffle(slots.begin(), slots.end(), rng);
+        v.assign(slots.begin(), slots.begin() + kept);
+        std::sort(v.begin(), v.end());
+    }
+    std::vector<float> q(static_cast<size_t>(n_q) * hd, 0.125f);
+    std::vector<float> out(static_cast<size_t>(items) * n_q * hd);
+    std::vector<float> w(static_cast<size_t>(omp_get_max_threads()) * n_q * kept);
+    std::vector<double> row(static_cast<size_t>(items) * store_rows);
+    std::printf("attention, %d threads, %s kernels: %d (sequence, layer, KV head) items of %d f16 slots, %d query "
+                "heads each; medians of %d rounds\n",
+                omp_get_max_threads(), h2okv::core::cpu_isa_name(h2okv::core::selected_isa()), items, kept, n_q,
+                rounds);
+    std::vector<double> times;
+    for (int r = 0; r < rounds; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for schedule(static, 1)
+        for (int it = 0; it < items; ++it) {
+            const std::byte* base = kv.data() + static_cast<size_t>(it) * 2 * store_rows * row_bytes;
+            const k::kv_rows kr{tensor_type::f16, base, row_bytes};
+            const k::kv_rows vr{tensor_type::f16, base + store_rows * row_bytes, row_bytes};
+            float* wt = w.data() + static_cast<size_t>(omp_get_thread_num()) * n_q * kept;
+            k::attend(q.data(), n_q, kr, vr, hd, item_slots[static_cast<size_t>(it)].data(), kept,
+                      0.125f, out.data() + static_cast<size_t>(it) * n_q * hd, wt, kept,
+                      row.data() + static_cast<size_t>(it) * store_rows);
+        }
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double s = times[times.size() / 2];
+    const double bytes = static_cast<double>(items) * kept * 2 * static_cast<double>(row_bytes);
+    std::printf("step %.2f ms, %.1f GB/s of K/V\n", s * 1e3, bytes / s / 1e9);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const std::string shape = argc > 1 ? argv[1] : "smollm";
+    if (shape == "attention") return attention(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::atoi(argv[3]) : 1);
     const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
     if (shape != "smollm" && shape != "tinyllama") {
         std::fprintf(stderr,

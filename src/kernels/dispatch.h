@@ -34,7 +34,13 @@ struct kernel_table {
     // q8_0_x16 rows. Same bits on every ISA.
     quantize_q8_0_fn quantize_q8_0;
     void (*q8_0_rows)(const matrix_view& w, const q8_0_act* xq, int n_tok, float* y, int64_t r0, int64_t r1);
+    // The 2 bytes at dst + 2i = fp32_to_fp16(src[i]) for i < n (the KV cache's f16 rows): the same bits on
+    // every ISA.
+    void (*to_f16)(const float* src, int64_t n, std::byte* dst);
 };
+
+// The table the public kernels dispatch to (core::selected_isa()'s, or set_isa's).
+const kernel_table& current_table();
 
 const kernel_table& reference_table();
 // H2OKV_KERNELS_NO_SIMD builds the reference kernels only (what non-x86 targets get), to test that path.

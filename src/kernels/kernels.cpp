@@ -14,6 +14,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/ref/ref.h"
+#include "kernels/scratch.h"
 
 namespace h2okv::kernels {
 namespace {
@@ -55,6 +56,10 @@ const detail::kernel_table& table() {
 
 namespace detail {
 
+const kernel_table& current_table() {
+    return table();
+}
+
 const kernel_table& reference_table() {
     static const kernel_table t{isa::reference,
                                 &ref::matmul_rows,
@@ -67,7 +72,8 @@ const kernel_table& reference_table() {
                                 &ref::kquant_rows,
                                 &ref::turn_rows,
                                 &detail::quantize_q8_0_act,
-                                &ref::q8_0_rows};
+                                &ref::q8_0_rows,
+                                &ref::to_f16};
     return t;
 }
 
@@ -120,11 +126,22 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
         q8_0 = q8_0 || ws[i].type == tensor_type::q8_0;
     }
     // The k-quants and Q8_0 quantise the activations once, for every matrix and thread (a failed allocation
-    // takes matmul_rows, which falls back to quantising block by block).
-    const detail::q8k_block* xq =
-        k_quant ? detail::quantize_tokens(x, n_tok, ws[0].cols, tb.quantize_q8k) : nullptr;
-    const detail::q8_0_act* xq8 =
-        q8_0 ? detail::quantize_q8_0_tokens(x, n_tok, ws[0].cols, tb.quantize_q8_0) : nullptr;
+    // takes matmul_rows, which falls back to quantising block by block); the threads of a parallel call
+    // quantise a share of the tokens each, into the calling thread's buffers.
+    const int64_t cols = ws[0].cols;
+    detail::q8k_block* xq = k_quant ? detail::thread_scratch<detail::q8k_block>(
+                                          static_cast<size_t>(n_tok * (cols / detail::q8k_elems)))
+                                    : nullptr;
+    detail::q8_0_act* xq8 = q8_0 ? detail::thread_scratch<detail::q8_0_act>(
+                                       static_cast<size_t>(n_tok * (cols / detail::q8_0_act_elems)))
+                                 : nullptr;
+    auto quantize = [&](int t0, int t1) {
+        for (int t = t0; t < t1; ++t) {
+            if (xq != nullptr) tb.quantize_q8k(x + t * cols, cols, xq + t * (cols / detail::q8k_elems));
+            if (xq8 != nullptr)
+                tb.quantize_q8_0(x + t * cols, cols, xq8 + t * (cols / detail::q8_0_act_elems));
+        }
+    };
     // Row blocks [b0, b1) of the matrices taken one after the other.
     auto blocks = [&](int64_t b0, int64_t b1) {
         int64_t first = 0;
@@ -147,6 +164,7 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
         }
     };
     if (!core::should_fork(core::parallel_site::matmul, work, min_parallel_work)) {
+        quantize(0, n_tok);
         blocks(0, n_blocks);
         return;
     }
@@ -154,6 +172,8 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
     {
         const int64_t n_threads = omp_get_num_threads();
         const int64_t id = omp_get_thread_num();
+        quantize(static_cast<int>(n_tok * id / n_threads), static_cast<int>(n_tok * (id + 1) / n_threads));
+#pragma omp barrier
         blocks(n_blocks * id / n_threads, n_blocks * (id + 1) / n_threads);
     }
 }

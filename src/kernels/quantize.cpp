@@ -4,6 +4,7 @@
 
 #include "h2okv/kernels/kernels.h"
 #include "kernels/blocks.h"
+#include "kernels/dispatch.h"
 #include "kernels/half.h"
 
 namespace h2okv::kernels {
@@ -151,10 +152,10 @@ bool quantize_row(core::tensor_type t, const float* src, int64_t n, std::byte* d
         case core::tensor_type::f32:
             std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
             return true;
-        case core::tensor_type::f16:
+        case core::tensor_type::f16: detail::current_table().to_f16(src, n, dst); return true;
         case core::tensor_type::bf16:
             for (int64_t i = 0; i < n; ++i) {
-                const uint16_t h = t == core::tensor_type::f16 ? fp32_to_fp16(src[i]) : fp32_to_bf16(src[i]);
+                const uint16_t h = fp32_to_bf16(src[i]);
                 std::memcpy(dst + 2 * i, &h, 2);
             }
             return true;

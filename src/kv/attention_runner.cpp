@@ -15,10 +15,11 @@ namespace {
 // Softmax weights are kept for a block of queries so one parallel region covers the block: 16 MiB of them
 // at most, and always one query's.
 constexpr size_t k_weights_floats = size_t{1} << 22;
-// Below these amounts of work (multiply-adds of a block's attention, row entries of its commits) a parallel
-// region costs more than it saves.
+// Below these amounts of work (multiply-adds of a block's attention, row entries of its commits, elements of
+// a step's K/V writes) a parallel region costs more than it saves.
 constexpr int64_t k_attend_min_work = 32768;
 constexpr int64_t k_commit_min_work = 16384;
+constexpr int64_t k_store_min_work = 4096;
 // Heads summed in one pass over a unit's slots.
 constexpr int max_unit_heads = 64;
 
@@ -117,11 +118,22 @@ status attention_runner::attend(int layer, int n_tok, const float* q, const floa
 void attention_runner::store_kv(int layer, const float* k, const float* v) {
     const int hd = hp_.head_dim;
     const size_t kv_stride = static_cast<size_t>(hp_.n_kv_head) * hd;
-    for (const query& qu : queries_) {
-        kv_cache& c = *segs_[static_cast<size_t>(qu.seg)].cache;
-        for (int g = 0; g < hp_.n_kv_head; ++g) {
-            const size_t off = static_cast<size_t>(qu.token) * kv_stride + static_cast<size_t>(g) * hd;
-            c.write(layer, g, qu.ci, k + off, v + off);
+    // Each sequence's rows go to its own cache (store and policy): sequences write in parallel, each one's
+    // tokens and heads in order.
+    const int n_segs = static_cast<int>(segs_.size());
+    const bool fork =
+        n_segs > 1 &&
+        core::should_fork(core::parallel_site::attention,
+                          static_cast<int64_t>(n_tok_) * static_cast<int64_t>(kv_stride), k_store_min_work);
+#pragma omp parallel for schedule(static, 1) if (fork)
+    for (int s = 0; s < n_segs; ++s) {
+        const segment& sg = segs_[static_cast<size_t>(s)];
+        for (int t = 0; t < sg.n; ++t) {
+            for (int g = 0; g < hp_.n_kv_head; ++g) {
+                const size_t off =
+                    static_cast<size_t>(sg.first + t) * kv_stride + static_cast<size_t>(g) * hd;
+                sg.cache->write(layer, g, sg.cache->chunk_done() + t, k + off, v + off);
+            }
         }
     }
 }

@@ -1,14 +1,24 @@
 // fp16 / bf16 conversions: named edge cases (subnormals, overflow, ties, NaN, signed zero), exhaustive
-// widening and round trips, and narrowing compared with an independent oracle over every rounding case.
+// widening and round trips, and narrowing compared with an independent oracle over every rounding case; the
+// row conversion of the kernel tables (the KV cache's f16 rows) against the scalar one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
+#include <vector>
 
+#include "h2okv/core/cpu_isa.h"
 #include "h2okv/kernels/kernels.h"
+#include "kernels/dispatch.h"
+#include "kernels/ref/ref.h"
+#ifdef H2OKV_KERNELS_X86
+#include "kernels/x86/avx2.h"
+#endif
 
 namespace h2okv::kernels {
 namespace {
@@ -214,6 +224,50 @@ TEST(Bf16, EveryBf16RoundTripsAndNarrowingMatchesOracle) {
             if (std::isnan(g) || std::isinf(g)) continue;
             ASSERT_EQ(fp32_to_bf16(g), oracle_bf16(g)) << std::hex << ((b << 16) | low);
         }
+    }
+}
+
+// Every half, its neighbours one float ulp away, the ties between consecutive halves, the range edges, NaNs
+// with payloads, float subnormals and random bit patterns: each row variant gives fp32_to_fp16's bits, at
+// every row length (tails included), and so does quantize_row(F16) on this CPU's table.
+TEST(Fp16, RowConversionOfEveryIsaGivesTheScalarBits) {
+    std::vector<float> x;
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+        const float f = fp16_to_fp32(static_cast<uint16_t>(h));
+        x.push_back(f);
+        if (std::isnan(f) || std::isinf(f)) continue;
+        x.push_back(std::nextafter(f, std::numeric_limits<float>::infinity()));
+        x.push_back(std::nextafter(f, -std::numeric_limits<float>::infinity()));
+        if ((h & 0x7fffu) < 0x7bffu) {  // the tie with the next half of the same sign
+            x.push_back(static_cast<float>(
+                (static_cast<double>(f) + fp16_to_fp32(static_cast<uint16_t>(h + 1))) / 2));
+        }
+    }
+    for (uint32_t bits : {0x7f800001u, 0xffc00000u, 0x7fffffffu, 0x00000001u, 0x807fffffu, 0x477ff000u,
+                          0x477fefffu, 0x33000000u, 0x33000001u})
+        x.push_back(from_bits(bits));
+    std::mt19937 rng(7);
+    for (int i = 0; i < 1 << 20; ++i) x.push_back(from_bits(static_cast<uint32_t>(rng())));
+    std::vector<uint16_t> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = fp32_to_fp16(x[i]);
+
+    using row_fn = void (*)(const float*, int64_t, std::byte*);
+    std::vector<std::pair<const char*, row_fn>> fns{{"reference", &ref::to_f16}};
+#ifdef H2OKV_KERNELS_X86
+    if (core::cpu_supports(core::cpu_isa::avx2)) fns.emplace_back("avx2", &avx2::to_f16);
+#endif
+    fns.emplace_back("quantize_row", [](const float* src, int64_t n, std::byte* dst) {
+        ASSERT_TRUE(quantize_row(core::tensor_type::f16, src, n, dst));
+    });
+    for (const auto& [name, fn] : fns) {
+        std::vector<uint16_t> got(x.size());
+        // Rows of 1..17 values one after another, so every tail length and offset is met.
+        for (size_t i = 0, n = 1; i < x.size(); i += n, n = n % 17 + 1) {
+            n = std::min(n, x.size() - i);
+            fn(x.data() + i, static_cast<int64_t>(n), reinterpret_cast<std::byte*>(got.data() + i));
+        }
+        for (size_t i = 0; i < x.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << name << ": " << std::hex << to_bits(x[i]);
     }
 }
 

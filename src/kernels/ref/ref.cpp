@@ -322,6 +322,13 @@ void softmax(float* x, int n) {
     for (int i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * inv);
 }
 
+void to_f16(const float* src, int64_t n, std::byte* dst) {
+    for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = detail::float_to_half(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+    }
+}
+
 void swiglu(const float* gate, const float* up, int n, float* out) {
     for (int i = 0; i < n; ++i) {
         const float g = gate[i];

@@ -34,6 +34,8 @@ void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32
                int rope_dim, rope_pairing p, const float* tables, float* dst);
 void softmax(float* x, int n);
 void swiglu(const float* gate, const float* up, int n, float* out);
+// dst[i] = fp32_to_fp16(src[i]).
+void to_f16(const float* src, int64_t n, std::byte* dst);
 // kernels::attend (src/kernels/ref/attend_kv.cpp): K/V decoded element by element, dot products and sums in
 // double.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,

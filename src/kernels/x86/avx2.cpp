@@ -5,6 +5,7 @@
 
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
+#include "kernels/half.h"
 #include "kernels/x86/q6_k_avx2.h"
 
 #ifdef H2OKV_KERNELS_X86
@@ -496,6 +497,19 @@ H2OKV_AVX2 void swiglu(const float* gate, const float* up, int n, float* out) {
     }
 }
 
+H2OKV_AVX2 void to_f16(const float* src, int64_t n, std::byte* dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h =
+            _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * i), h);
+    }
+    for (; i < n; ++i) {
+        const uint16_t h = detail::float_to_half(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+    }
+}
+
 H2OKV_AVX2 void exp_nonpositive(const float* x, int n, float* out) {
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, exp_nonpositive(_mm256_loadu_ps(x + i)));
@@ -527,7 +541,8 @@ const kernel_table& avx2_table() {
                                 &avx2::kquant_rows,
                                 &avx2::turn_rows,
                                 &avx2::quantize_q8_0_act,
-                                &avx2::q8_0_dot_rows};
+                                &avx2::q8_0_dot_rows,
+                                &avx2::to_f16};
     return t;
 }
 

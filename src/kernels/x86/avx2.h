@@ -27,6 +27,9 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // silu(g) * up with the polynomial exp (sigmoid from exp(-|g|)); gates below -87 give 0 (|silu(g) * up|
 // < |g * up| * exp(-87) there).
 void swiglu(const float* gate, const float* up, int n, float* out);
+// kernels::fp32_to_fp16 of n values (F16C's vcvtps2ph, rounding to nearest even: the scalar conversion's
+// bits, NaNs quietened with their payload's top bits as it does).
+void to_f16(const float* src, int64_t n, std::byte* dst);
 // kernels::attend (src/kernels/x86/attend_avx2.cpp): F16C conversion of f16 rows, q8_0, q4_0 and q4_1 decoded
 // as dequantize_row (d * q, d * (q - 8), d * q + m in f32), each head's dot products and weighted sums as
 // float FMA chains.

@@ -453,7 +453,8 @@ const kernel_table& avx512_table() {
     static const kernel_table t{isa::avx512,      &avx512::matmul_rows,     &avx512::dequantize_row,
                                 &avx2::softmax,   &avx512::attend,          &avx2::rmsnorm,
                                 &avx2::swiglu,    &avx2::quantize_q8k,      &avx512::kquant_rows,
-                                &avx2::turn_rows, &avx2::quantize_q8_0_act, &avx512::q8_0_dot_rows};
+                                &avx2::turn_rows, &avx2::quantize_q8_0_act, &avx512::q8_0_dot_rows,
+                                &avx2::to_f16};
     return t;
 }
 
