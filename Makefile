@@ -1,7 +1,7 @@
 # The front door. `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
 JOBS ?= $(shell nproc)
 PROMPT ?= Once upon a time
-.PHONY: all deps cli demo kvquant calibrate test test-debug release results speed throughput rolling ruler cli-doc format clean
+.PHONY: all deps cli demo kvquant calibrate test test-debug release results speed throughput rolling ruler xsum cli-doc format clean
 
 all: release
 
@@ -40,7 +40,7 @@ test-debug: deps
 
 # Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 110 minutes on 2 cores:
 # run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, calibrate about 20,
-# kvquant and speed a few each).
+# kvquant, xsum and speed a few each).
 results: release
 	bash scripts/run_results.sh results
 	bash scripts/run_rolling.sh results
@@ -49,6 +49,7 @@ results: release
 	bash scripts/run_speed.sh results
 	bash scripts/run_throughput.sh results
 	bash scripts/run_ruler.sh results
+	bash scripts/run_xsum.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Re-measures only the speed section (the other sections' files must be in results/ from `make results`).
@@ -81,6 +82,11 @@ calibrate: release
 # Re-measures only the long-context (RULER-style) section (scripts/run_ruler.sh; about 30 minutes).
 ruler: release
 	bash scripts/run_ruler.sh results
+	/usr/bin/python3 scripts/gen_results.py results docs
+
+# Re-measures only the summarisation section (XSUM prompts, ROUGE; scripts/run_xsum.sh, a few minutes).
+xsum: release
+	bash scripts/run_xsum.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Regenerates docs/CLI.md from the binary's --help texts.
