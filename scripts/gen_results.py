@@ -530,10 +530,15 @@ def serve_section(name, rows, lines):
 
 def xsum_section(name, rows, lines):
     lines += [f"### {name} ({rows[0]['examples']} prompts, greedy, 64 tokens)", "",
-              "| configuration | ROUGE-1 | ROUGE-2 | ROUGE-L |", "|---|---|---|---|"]
+              "| configuration | ROUGE-1 | ROUGE-2 | ROUGE-L | empty answers |", "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['label']} | {r['rouge1']:.4f} | {r['rouge2']:.4f} | {r['rougeL']:.4f} |")
+        lines.append(f"| {r['label']} | {r['rouge1']:.4f} | {r['rouge2']:.4f} | {r['rougeL']:.4f} | "
+                     f"{r['empty']} of {r['examples']} |")
     lines.append("")
+    if all(r["empty"] == r["examples"] for r in rows):
+        lines += ["Every answer is empty: the model continues the prompts' own format (`###` and a new "
+                  "article) instead of summarising, and HELM cuts the answer at `###`. It cannot summarise, "
+                  "with or without eviction.", ""]
 
 
 def replace_section(path, heading, body, before=None):

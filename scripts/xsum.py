@@ -16,7 +16,8 @@ ROUGE follows the definitions of Lin (2004) as Google's rouge_score package comp
 counts n-grams clipped by their count in the reference, ROUGE-L the longest common subsequence of tokens
 (summary level = sentence level: one sentence each, as XSUM's summaries are); each reports precision, recall
 and their harmonic mean F1, and a corpus score is the mean of the examples' F1. A completion is cut at the
-prompt's stop string (HELM's "###") before it is scored, and an empty completion scores 0.
+prompt's stop string (HELM's "###") before it is scored, and an empty completion scores 0 (the count of
+those is reported as `empty`).
 """
 import json
 import re
@@ -118,11 +119,13 @@ def score_file(data_path, completions_path, rows=None):
     if len(done) > len(data):
         sys.exit(f"xsum.py: {len(done)} completions but {len(data)} prompts in {data_path}")
     per = []
+    empty = 0
     for row, c in zip(data, done):
         text = cut_at_stop(c["completion"], row.get("stop", ["###"]))
+        empty += not tokenize(text)
         per.append(scores(text, row["summary_gt"]))
     mean = {k: sum(s[k][2] for s in per) / len(per) for k in ("rouge1", "rouge2", "rougeL")} if per else {}
-    return {"examples": len(per), **mean}
+    return {"examples": len(per), "empty": empty, **mean}
 
 
 def main(argv):

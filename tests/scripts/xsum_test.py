@@ -98,6 +98,13 @@ class Files(unittest.TestCase):
         with open(comp, "w", encoding="utf-8") as f:
             f.write(json.dumps({"prompt": "p0", "completion": "A story begins. ### Article: junk"}) + "\n")
             f.write(json.dumps({"prompt": "p2", "completion": "Nothing alike"}) + "\n")
+        # An answer that starts with the stop string is empty: 0 and counted.
+        comp2 = os.path.join(self.dir.name, "c2.jsonl")
+        with open(comp2, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"prompt": "p0", "completion": " ###\nArticle: more"}) + "\n")
+        r = self.run_script("score", self.data, comp2)
+        self.assertEqual(json.loads(r.stdout), {"examples": 1, "empty": 1, "rouge1": 0.0, "rouge2": 0.0,
+                                                "rougeL": 0.0})
         rows = os.path.join(self.dir.name, "rows")
         with open(rows, "w", encoding="utf-8") as f:
             f.write("0 2\n")
@@ -108,6 +115,7 @@ class Files(unittest.TestCase):
             got = json.loads(f.read())
         self.assertEqual(got["label"], "full")
         self.assertEqual(got["examples"], 2)
+        self.assertEqual(got["empty"], 0)
         self.assertAlmostEqual(got["rouge1"], 0.5)  # 1.0 (cut at ###) and 0.0
         self.assertAlmostEqual(got["rougeL"], 0.5)
 
