@@ -29,8 +29,7 @@ namespace {
 // group), so that the weights stream while the group in cache is computed with.
 template <typename V, int NT>
 H2OKV_KQ_TARGET void q4_k_x16_tile(const std::byte* group, int64_t lane0, const detail::q8k_block* const* x,
-                                   int64_t nb, float* y, int64_t y_stride, const std::byte* pf,
-                                   size_t pf_step) {
+                                   int64_t nb, float* y, int64_t y_stride, uintptr_t pf, size_t pf_step) {
     using ireg = typename V::ireg;
     using freg = typename V::freg;
     constexpr int64_t G = detail::q4_k_x16_rows;
@@ -43,8 +42,9 @@ H2OKV_KQ_TARGET void q4_k_x16_tile(const std::byte* group, int64_t lane0, const 
         const auto* qs = reinterpret_cast<const int32_t*>(gb + detail::q4_k_x16_qs_offset) + lane0;
         const auto* sc = reinterpret_cast<const uint8_t*>(gb + detail::q4_k_x16_sc_offset) + lane0;
         const auto* m = reinterpret_cast<const uint8_t*>(gb + detail::q4_k_x16_m_offset) + 2 * lane0;
-        if (pf != nullptr) {
-            for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(pf + o);
+        if (pf != 0) {
+            for (size_t o = 0; o < pf_step; o += 64)
+                __builtin_prefetch(reinterpret_cast<const void*>(pf + o));
             pf += pf_step;
         }
         ireg iacc[NT];
@@ -103,7 +103,7 @@ H2OKV_KQ_TARGET void q4_k_x16_tile(const std::byte* group, int64_t lane0, const 
 template <typename V, int NT>
 H2OKV_KQ_TARGET void q4_k_x16_tile_n(int nt, const std::byte* group, int64_t lane0,
                                      const detail::q8k_block* const* x, int64_t nb, float* y,
-                                     int64_t y_stride, const std::byte* pf, size_t pf_step) {
+                                     int64_t y_stride, uintptr_t pf, size_t pf_step) {
     if constexpr (NT > 1) {
         if (nt < NT) {
             q4_k_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride, pf, pf_step);
@@ -129,7 +129,8 @@ H2OKV_KQ_TARGET void q4_k_x16_rows(const matrix_view& w, const detail::q8k_block
         (group_bytes + static_cast<size_t>(tiles * nb) - 1) / static_cast<size_t>(tiles * nb);
     for (int64_t g = r0 / G; g < r1 / G; ++g) {
         const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
-        const std::byte* pf = g + 1 < r1 / G ? group + group_bytes : nullptr;
+        // An address, not a pointer: the last tile's share may reach a little past the matrix.
+        uintptr_t pf = g + 1 < r1 / G ? reinterpret_cast<uintptr_t>(group + group_bytes) : 0;
         for (int t = 0; t < n_tok; t += NT) {
             const int nt = std::min(NT, n_tok - t);
             const detail::q8k_block* xt[NT];
@@ -138,7 +139,7 @@ H2OKV_KQ_TARGET void q4_k_x16_rows(const matrix_view& w, const detail::q8k_block
                 q4_k_x16_tile_n<V, NT>(nt, group, lane0, xt, nb,
                                        y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows, pf,
                                        pf_step);
-                if (pf != nullptr) pf += pf_step * static_cast<size_t>(nb);
+                if (pf != 0) pf += pf_step * static_cast<size_t>(nb);
             }
         }
     }

@@ -46,8 +46,7 @@ namespace {
 // that this tile fetches), so that the weights stream while the tiles of a group that sits in cache compute.
 template <typename V, int NT>
 H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const detail::q8_0_act* const* x,
-                                   int64_t nb, float* y, int64_t y_stride, const std::byte* pf,
-                                   size_t pf_step) {
+                                   int64_t nb, float* y, int64_t y_stride, uintptr_t pf, size_t pf_step) {
     using ireg = typename V::ireg;
     using freg = typename V::freg;
     constexpr int64_t G = detail::q8_0_x16_rows;
@@ -57,8 +56,9 @@ H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const 
     for (int64_t b = 0; b < nb; ++b) {
         const std::byte* gb = group + static_cast<size_t>(b) * detail::q8_0_x16_block_bytes;
         const auto* qs = reinterpret_cast<const int32_t*>(gb + detail::q8_0_x16_qs_offset) + lane0;
-        if (pf != nullptr) {
-            for (size_t o = 0; o < pf_step; o += 64) __builtin_prefetch(pf + o);
+        if (pf != 0) {
+            for (size_t o = 0; o < pf_step; o += 64)
+                __builtin_prefetch(reinterpret_cast<const void*>(pf + o));
             pf += pf_step;
         }
         ireg iacc[NT];
@@ -83,7 +83,7 @@ H2OKV_Q8_TARGET void q8_0_x16_tile(const std::byte* group, int64_t lane0, const 
 template <typename V, int NT>
 H2OKV_Q8_TARGET void q8_0_x16_tile_n(int nt, const std::byte* group, int64_t lane0,
                                      const detail::q8_0_act* const* x, int64_t nb, float* y, int64_t y_stride,
-                                     const std::byte* pf, size_t pf_step) {
+                                     uintptr_t pf, size_t pf_step) {
     if constexpr (NT > 1) {
         if (nt < NT) {
             q8_0_x16_tile_n<V, NT - 1>(nt, group, lane0, x, nb, y, y_stride, pf, pf_step);
@@ -107,7 +107,8 @@ H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act*
         (group_bytes + static_cast<size_t>(tiles * nb) - 1) / static_cast<size_t>(tiles * nb);
     for (int64_t g = r0 / G; g < r1 / G; ++g) {
         const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
-        const std::byte* pf = g + 1 < r1 / G ? group + group_bytes : nullptr;
+        // An address, not a pointer: the last tile's share may reach a little past the matrix.
+        uintptr_t pf = g + 1 < r1 / G ? reinterpret_cast<uintptr_t>(group + group_bytes) : 0;
         for (int t = 0; t < n_tok; t += NT) {
             const int nt = std::min(NT, n_tok - t);
             const detail::q8_0_act* xt[NT];
@@ -116,7 +117,7 @@ H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act*
                 q8_0_x16_tile_n<V, NT>(nt, group, lane0, xt, nb,
                                        y + static_cast<int64_t>(t) * w.rows + g * G + lane0, w.rows, pf,
                                        pf_step);
-                if (pf != nullptr) pf += pf_step * static_cast<size_t>(nb);
+                if (pf != 0) pf += pf_step * static_cast<size_t>(nb);
             }
         }
     }
