@@ -73,10 +73,11 @@ int attention(int rounds, int gap) {
     std::vector<float> out(static_cast<size_t>(items) * n_q * hd);
     std::vector<float> w(static_cast<size_t>(omp_get_max_threads()) * n_q * kept);
     std::vector<double> row(static_cast<size_t>(items) * store_rows);
-    std::printf("attention, %d threads, %s kernels: %d (sequence, layer, KV head) items of %d f16 slots, %d query "
-                "heads each; medians of %d rounds\n",
-                omp_get_max_threads(), h2okv::core::cpu_isa_name(h2okv::core::selected_isa()), items, kept, n_q,
-                rounds);
+    std::printf(
+        "attention, %d threads, %s kernels: %d (sequence, layer, KV head) items of %d f16 slots, %d query "
+        "heads each; medians of %d rounds\n",
+        omp_get_max_threads(), h2okv::core::cpu_isa_name(h2okv::core::selected_isa()), items, kept, n_q,
+        rounds);
     std::vector<double> times;
     for (int r = 0; r < rounds; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -86,8 +87,8 @@ int attention(int rounds, int gap) {
             const k::kv_rows kr{tensor_type::f16, base, row_bytes};
             const k::kv_rows vr{tensor_type::f16, base + store_rows * row_bytes, row_bytes};
             float* wt = w.data() + static_cast<size_t>(omp_get_thread_num()) * n_q * kept;
-            k::attend(q.data(), n_q, kr, vr, hd, item_slots[static_cast<size_t>(it)].data(), kept,
-                      0.125f, out.data() + static_cast<size_t>(it) * n_q * hd, wt, kept,
+            k::attend(q.data(), n_q, kr, vr, hd, item_slots[static_cast<size_t>(it)].data(), kept, 0.125f,
+                      out.data() + static_cast<size_t>(it) * n_q * hd, wt, kept,
                       row.data() + static_cast<size_t>(it) * store_rows);
         }
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -103,7 +104,8 @@ int attention(int rounds, int gap) {
 
 int main(int argc, char** argv) {
     const std::string shape = argc > 1 ? argv[1] : "smollm";
-    if (shape == "attention") return attention(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::atoi(argv[3]) : 1);
+    if (shape == "attention")
+        return attention(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::atoi(argv[3]) : 1);
     const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
     if (shape != "smollm" && shape != "tinyllama") {
         std::fprintf(stderr,
