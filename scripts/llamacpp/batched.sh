@@ -11,8 +11,9 @@
 #   LLAMA_CPP_DIR=~/src/llama.cpp scripts/llamacpp/batched.sh /tmp/cmp/smollm-q8_0.gguf --results results
 #
 # Options: --threads N (2), --npp P (128), --ntg G (64), --npl "1 2 4 8 16", --repeats R (1; engines take
-# turns, one run each), --results DIR (append every pair as DIR/batched_<model>.jsonl, which
-# scripts/gen_results.py renders into docs/RESULTS.md; a run with another --npp adds its rows to the same file).
+# turns, one run each), --results DIR (every pair as a row of DIR/batched_<model>.jsonl, which
+# scripts/gen_results.py renders into docs/RESULTS.md; a row replaces the file's earlier one of the same batch
+# size, prompt and generation lengths, so a run with another --npp adds its rows to the same file).
 # Environment: H2OKV (the h2okv binary; default build/release of this checkout), LLAMA_CPP_COMMIT (recorded;
 # default: git rev-parse in LLAMA_CPP_DIR).
 set -euo pipefail
@@ -90,8 +91,17 @@ for b in sorted({r["pl"] for r in llama}):
 if results:
     os.makedirs(results, exist_ok=True)
     out = os.path.join(results, "batched_" + os.path.basename(model)[:-len(".gguf")] + ".jsonl")
-    with open(out, "a") as f:
+    # This run's rows replace earlier ones of the same batch size, prompt and generation lengths; rows of
+    # other sizes (another --npp) stay.
+    key = lambda r: (r["sequences"], r["n_prompt"], r["n_gen"])
+    new = {key(r) for r in rows}
+    kept = []
+    if os.path.exists(out):
+        with open(out) as f:
+            kept = [line for line in f if line.strip() and key(json.loads(line)) not in new]
+    with open(out, "w") as f:
+        f.writelines(kept)
         for row in rows:
             f.write(json.dumps(row) + "\n")
-    print(f"batched.sh: appended to {out}", file=sys.stderr)
+    print(f"batched.sh: wrote {out} ({len(rows)} rows of this run, {len(kept)} of other sizes kept)", file=sys.stderr)
 PY
