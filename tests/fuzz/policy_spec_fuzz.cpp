@@ -26,7 +26,7 @@ using namespace h2okv;
     std::abort();
 }
 
-// Runs `run_length` positions in chunks of up to max_chunk with uniform rows; checks the budget.
+// Runs `run_length` positions in chunks of up to max_chunk with uniform rows; checks every unit's budget.
 void drive(policy::kv_policy& pol, int64_t run_length, std::string_view spec) {
     const int64_t cap = pol.capacity();
     std::vector<double> row(static_cast<size_t>(cap), 0.0);
@@ -46,9 +46,15 @@ void drive(policy::kv_policy& pol, int64_t run_length, std::string_view spec) {
             }
         }
         if (auto st = pol.end_chunk(); !st.ok()) fail("end_chunk refused", spec, st.message());
-        const int64_t budget = pol.config().budget;
+        // Each unit's own budget: with a schedule or shares (clause 11) units differ from the mean.
+        const policy::resolved_params& c = pol.config();
         for (int u = 0; u < pol.n_units(); ++u) {
-            if (budget > 0 && pol.n_kept(u) > budget) fail("more positions kept than the budget", spec, "");
+            const int64_t budget = c.unit_budget.empty() ? c.budget : c.unit_budget[static_cast<size_t>(u)];
+            if (budget > 0 && pol.n_kept(u) > budget) {
+                fail("more positions kept than the unit's budget", spec,
+                     "unit " + std::to_string(u) + " keeps " + std::to_string(pol.n_kept(u)) + " of " +
+                         std::to_string(budget));
+            }
         }
         first += n;
     }
