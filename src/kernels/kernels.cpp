@@ -14,7 +14,6 @@
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/ref/ref.h"
-#include "kernels/scratch.h"
 
 namespace h2okv::kernels {
 namespace {
@@ -129,18 +128,11 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
     // takes matmul_rows, which falls back to quantising block by block); the threads of a parallel call
     // quantise a share of the tokens each, into the calling thread's buffers.
     const int64_t cols = ws[0].cols;
-    detail::q8k_block* xq = k_quant ? detail::thread_scratch<detail::q8k_block>(
-                                          static_cast<size_t>(n_tok * (cols / detail::q8k_elems)))
-                                    : nullptr;
-    detail::q8_0_act* xq8 = q8_0 ? detail::thread_scratch<detail::q8_0_act>(
-                                       static_cast<size_t>(n_tok * (cols / detail::q8_0_act_elems)))
-                                 : nullptr;
+    detail::q8k_block* xq = k_quant ? detail::q8k_tokens_buffer(n_tok, cols) : nullptr;
+    detail::q8_0_act* xq8 = q8_0 ? detail::q8_0_tokens_buffer(n_tok, cols) : nullptr;
     auto quantize = [&](int t0, int t1) {
-        for (int t = t0; t < t1; ++t) {
-            if (xq != nullptr) tb.quantize_q8k(x + t * cols, cols, xq + t * (cols / detail::q8k_elems));
-            if (xq8 != nullptr)
-                tb.quantize_q8_0(x + t * cols, cols, xq8 + t * (cols / detail::q8_0_act_elems));
-        }
+        if (xq != nullptr) detail::quantize_q8k_range(x, t0, t1, cols, tb.quantize_q8k, xq);
+        if (xq8 != nullptr) detail::quantize_q8_0_range(x, t0, t1, cols, tb.quantize_q8_0, xq8);
     };
     // Row blocks [b0, b1) of the matrices taken one after the other.
     auto blocks = [&](int64_t b0, int64_t b1) {

@@ -47,6 +47,11 @@ using quantize_q8_0_fn = void (*)(const float* x, int64_t cols, q8_0_act* out);
 // calls on the same thread): token t's blocks start at t * cols / 32. Null when the buffer cannot be
 // allocated; the caller then uses matmul_q8_0_unbuffered.
 const q8_0_act* quantize_q8_0_tokens(const float* x, int n_tok, int64_t cols, quantize_q8_0_fn quantize);
+// Its two steps, for threads that share the quantising: this thread's buffer for n_tok tokens (null when it
+// cannot be allocated), then tokens [t0, t1) of x quantised into buf (any thread, disjoint ranges).
+q8_0_act* q8_0_tokens_buffer(int n_tok, int64_t cols);
+void quantize_q8_0_range(const float* x, int t0, int t1, int64_t cols, quantize_q8_0_fn quantize,
+                         q8_0_act* buf);
 
 // Block b of row r of a Q8_0 matrix in ggml's plain layout (34 bytes): in place for plain rows, else
 // unpacked from the q8_0_x16 layout into buf. For the reference paths.

@@ -53,6 +53,11 @@ using quantize_q8k_fn = void (*)(const float* x, int64_t cols, q8k_block* out);
 // calls on the same thread): token t's blocks start at t * cols / 256. Null when the buffer cannot be
 // allocated; the caller then uses matmul_kquant_unbuffered.
 const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quantize_q8k_fn quantize);
+// Its two steps, for threads that share the quantising: this thread's buffer for n_tok tokens (null when it
+// cannot be allocated), then tokens [t0, t1) of x quantised into buf (any thread, disjoint ranges).
+q8k_block* q8k_tokens_buffer(int n_tok, int64_t cols);
+void quantize_q8k_range(const float* x, int t0, int t1, int64_t cols, quantize_q8k_fn quantize,
+                        q8k_block* buf);
 
 // Block b of row r of a k-quant matrix in ggml's plain layout: in place for the plain rows, else unpacked
 // into buf (q4_k_bytes). For the reference paths.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "h2okv/core/cpu_isa.h"
+#include "h2okv/core/parallel.h"
 #include "h2okv/kernels/kernels.h"
 #include "kernel_test_util.h"
 #include "kernels/dispatch.h"
@@ -216,6 +217,8 @@ TEST(Matmul, BitIdenticalAcrossThreadCounts) {
 // the row block) give the bits of separate matmul calls, for any thread count.
 TEST(Matmul, SharedInputEqualsSeparateCalls) {
     const int saved_threads = omp_get_max_threads();
+    const bool saved_force = core::force_parallel();
+    core::set_force_parallel(true);  // one token is below the threshold: take the parallel branch anyway
     const encoded_matrix a = encode_matrix(tensor_type::q4_k, 301, 512, 21);
     const encoded_matrix b = encode_matrix(tensor_type::q8_0, 37, 512, 22);
     const encoded_matrix c = encode_matrix(tensor_type::q6_k, 130, 512, 23);
@@ -229,11 +232,21 @@ TEST(Matmul, SharedInputEqualsSeparateCalls) {
         }
         for (int threads : {1, 2, 3}) {
             omp_set_num_threads(threads);
+            const int64_t forks = core::fork_count(core::parallel_site::matmul);
             std::vector<std::vector<float>> got;
             std::vector<float*> ys;
             for (const matrix_view& w : ws) got.emplace_back(static_cast<size_t>(n_tok * w.rows), -1.0f);
             for (auto& g : got) ys.push_back(g.data());
+            // Other activations first, so that the quantisation buffers hold stale blocks: a token range that
+            // no thread quantised would show in the outputs.
+            const std::vector<float> other = random_floats(static_cast<size_t>(n_tok * 512), 25);
+            matmul_shared_input(ws, ys.data(), 3, other.data(), n_tok);
             matmul_shared_input(ws, ys.data(), 3, x.data(), n_tok);
+            // With threads the call took the parallel branch, where each thread quantises a share of the
+            // tokens (with one token, some threads none).
+            if (threads > 1) {
+                EXPECT_GT(core::fork_count(core::parallel_site::matmul), forks) << n_tok << " tokens";
+            }
             for (size_t i = 0; i < got.size(); ++i) {
                 EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
                     << "matrix " << i << ", " << n_tok << " tokens, " << threads << " threads";
@@ -241,6 +254,7 @@ TEST(Matmul, SharedInputEqualsSeparateCalls) {
         }
     }
     omp_set_num_threads(saved_threads);
+    core::set_force_parallel(saved_force);
 }
 
 TEST(Matmul, DispatchUsesTheSelectedVariant) {

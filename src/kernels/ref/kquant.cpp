@@ -112,11 +112,18 @@ const std::byte* plain_block(const matrix_view& w, int64_t r, int64_t b, std::by
     return buf;
 }
 
+q8k_block* q8k_tokens_buffer(int n_tok, int64_t cols) {
+    return thread_scratch<q8k_block>(static_cast<size_t>(cols / q8k_elems) * static_cast<size_t>(n_tok));
+}
+
+void quantize_q8k_range(const float* x, int t0, int t1, int64_t cols, quantize_q8k_fn quantize,
+                        q8k_block* buf) {
+    for (int t = t0; t < t1; ++t) quantize(x + t * cols, cols, buf + t * (cols / q8k_elems));
+}
+
 const q8k_block* quantize_tokens(const float* x, int n_tok, int64_t cols, quantize_q8k_fn quantize) {
-    const int64_t nb = cols / q8k_elems;
-    q8k_block* buf = thread_scratch<q8k_block>(static_cast<size_t>(nb) * static_cast<size_t>(n_tok));
-    if (buf == nullptr) return nullptr;
-    for (int t = 0; t < n_tok; ++t) quantize(x + t * cols, cols, buf + t * nb);
+    q8k_block* buf = q8k_tokens_buffer(n_tok, cols);
+    if (buf != nullptr) quantize_q8k_range(x, 0, n_tok, cols, quantize, buf);
     return buf;
 }
 

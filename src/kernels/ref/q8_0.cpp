@@ -51,11 +51,18 @@ float dot_q8_0_q8_0(const std::byte* row, const q8_0_act* x, int64_t n_blocks, f
     return acc;
 }
 
+q8_0_act* q8_0_tokens_buffer(int n_tok, int64_t cols) {
+    return thread_scratch<q8_0_act>(static_cast<size_t>(cols / q8_0_act_elems) * static_cast<size_t>(n_tok));
+}
+
+void quantize_q8_0_range(const float* x, int t0, int t1, int64_t cols, quantize_q8_0_fn quantize,
+                         q8_0_act* buf) {
+    for (int t = t0; t < t1; ++t) quantize(x + t * cols, cols, buf + t * (cols / q8_0_act_elems));
+}
+
 const q8_0_act* quantize_q8_0_tokens(const float* x, int n_tok, int64_t cols, quantize_q8_0_fn quantize) {
-    const int64_t nb = cols / q8_0_act_elems;
-    q8_0_act* buf = thread_scratch<q8_0_act>(static_cast<size_t>(nb) * static_cast<size_t>(n_tok));
-    if (buf == nullptr) return nullptr;
-    for (int t = 0; t < n_tok; ++t) quantize(x + t * cols, cols, buf + t * nb);
+    q8_0_act* buf = q8_0_tokens_buffer(n_tok, cols);
+    if (buf != nullptr) quantize_q8_0_range(x, 0, n_tok, cols, quantize, buf);
     return buf;
 }
 
