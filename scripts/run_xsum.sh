@@ -43,7 +43,6 @@ for c in "${configs[@]}"; do
     read -r -a flags <<<"${c#*::}"
     i=$((i + 1))
     echo "run_xsum: [$i/${#configs[@]}] $label"
-    # shellcheck disable=SC2068
     $B batch -m "$model" -t "$threads" -f "$tmp/prompts.txt" --escape -n "$gen" --jsonl "$tmp/$i.jsonl" \
         ${flags[@]+"${flags[@]}"} >/dev/null
     /usr/bin/python3 scripts/xsum.py score "$data" "$tmp/$i.jsonl" --rows "$tmp/prompts.txt.rows" \
