@@ -239,6 +239,14 @@ result<std::vector<int64_t>> unit_budgets(const params& p, const resolved_params
         }
         w = p.shares;
     }
+    // Far above any context, and small enough that the total and every x_u are exact in a double.
+    constexpr int64_t max_total = int64_t{1} << 50;
+    if (base.budget > max_total / n_units) {
+        return invalid_argument(
+            "{}: budget {} over {} units is more tokens than a cache can hold (at most {} in all); give a "
+            "smaller budget",
+            base.name, base.budget, n_units, max_total);
+    }
     double sum = 0.0;
     for (double x : w) sum += x;
     const int64_t total = base.budget * n_units;

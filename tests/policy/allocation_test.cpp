@@ -153,6 +153,9 @@ TEST(Allocation, RefusalsNameTheProblem) {
         << "uniform budgets with per-layer recents stream with rolling positions";
     EXPECT_NE(refusal("h2o:budget=8,shares=1/x/1/1", l).find("'x' is not a number"), std::string::npos);
     EXPECT_NE(refusal("h2o:budget=8,schedule=steep", l).find("valid: uniform, pyramid"), std::string::npos);
+    // The units' total must be countable (a fuzzer found budget x units overflowing).
+    EXPECT_NE(refusal("h2o:budget=8111111111111111111,shares=1/2/3/4", l).find("more tokens than a cache"),
+              std::string::npos);
 }
 
 TEST(Allocation, FullIgnoresIt) {
