@@ -37,6 +37,9 @@ struct kernel_table {
     // The 2 bytes at dst + 2i = fp32_to_fp16(src[i]) for i < n (the KV cache's f16 rows): the same bits on
     // every ISA.
     void (*to_f16)(const float* src, int64_t n, std::byte* dst);
+    void (*attend_turned)(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                          const int32_t* slots, int n, const key_turns& t, float scale, float* out,
+                          float* weights, size_t weights_stride, double* score_row);
 };
 
 // The table the public kernels dispatch to (core::selected_isa()'s, or set_isa's).

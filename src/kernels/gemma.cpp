@@ -24,7 +24,7 @@ void softcap(float* x, int n, float cap) noexcept {
 
 void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                     const int32_t* slots, int n, float scale, float cap, float* out, float* weights,
-                    size_t weights_stride, double* score_row) noexcept {
+                    size_t weights_stride, double* score_row, const key_turns* turns) noexcept {
     std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
     if (n <= 0) return;
     const auto hd = static_cast<size_t>(head_dim);
@@ -36,7 +36,14 @@ void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v,
     s.resize(static_cast<size_t>(n));
     for (int j = 0; j < n; ++j) {
         const auto slot = static_cast<size_t>(slots[j]);
-        dequantize_row(k.type, k.data + slot * k.row_bytes, head_dim, &kf[static_cast<size_t>(j) * hd]);
+        if (turns != nullptr) {  // the row alone, as slot 0 of a view of it
+            const kv_rows row{k.type, k.data + slot * k.row_bytes, k.row_bytes};
+            const int32_t first = 0;
+            turn_rows(row, head_dim, &first, turns->turns + j, 1, turns->rope_dim, turns->pairing,
+                      turns->tables, &kf[static_cast<size_t>(j) * hd]);
+        } else {
+            dequantize_row(k.type, k.data + slot * k.row_bytes, head_dim, &kf[static_cast<size_t>(j) * hd]);
+        }
         dequantize_row(v.type, v.data + slot * v.row_bytes, head_dim, &vf[static_cast<size_t>(j) * hd]);
     }
     const double c = cap;

@@ -72,7 +72,8 @@ const kernel_table& reference_table() {
                                 &ref::turn_rows,
                                 &detail::quantize_q8_0_act,
                                 &ref::q8_0_rows,
-                                &ref::to_f16};
+                                &ref::to_f16,
+                                &ref::attend_turned};
     return t;
 }
 
@@ -236,6 +237,13 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
             int n, float scale, float* out, float* weights, size_t weights_stride,
             double* score_row) noexcept {
     table().attend(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row);
+}
+
+void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                   const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
+                   size_t weights_stride, double* score_row) noexcept {
+    table().attend_turned(q, n_q, k, v, head_dim, slots, n, t, scale, out, weights, weights_stride,
+                          score_row);
 }
 
 const char* isa_name(isa i) noexcept {

@@ -33,14 +33,19 @@ void add_heads(double* row, const int32_t* slots, int n, const float* const* hea
     }
 }
 
-// kernels::attend, or its soft-capped twin when the model caps attention scores (Gemma 2).
+// kernels::attend, or its soft-capped twin when the model caps attention scores (Gemma 2); over keys turned
+// to their rolling positions (kernels::attend_turned) where the cache's layer rolls.
+// (turns: null, or the keys' turns)
 void attend_slots(const model::hparams& hp, const float* q, int n_q, const kernels::kv_rows& k,
-                  const kernels::kv_rows& v, std::span<const int32_t> slots, float* out, float* w,
-                  size_t w_stride, double* row) {
+                  const kernels::kv_rows& v, const kernels::key_turns* turns, std::span<const int32_t> slots,
+                  float* out, float* w, size_t w_stride, double* row) {
     const int n = static_cast<int>(slots.size());
     if (hp.attn_softcap > 0.0f) {
         kernels::attend_softcap(q, n_q, k, v, hp.head_dim, slots.data(), n, hp.attention_scale(),
-                                hp.attn_softcap, out, w, w_stride, row);
+                                hp.attn_softcap, out, w, w_stride, row, turns);
+    } else if (turns != nullptr) {
+        kernels::attend_turned(q, n_q, k, v, hp.head_dim, slots.data(), n, *turns, hp.attention_scale(), out,
+                               w, w_stride, row);
     } else {
         kernels::attend(q, n_q, k, v, hp.head_dim, slots.data(), n, hp.attention_scale(), out, w, w_stride,
                         row);
@@ -111,7 +116,7 @@ status attention_runner::attend(int layer, int n_tok, const float* q, const floa
             n_tok_, hp_.n_layer);
     }
     store_kv(layer, k, v);
-    roll_keys(layer);
+    set_turns(layer);
     return path_ == path::reference ? attend_reference(layer, q, out) : attend_parallel(layer, q, out);
 }
 
@@ -138,23 +143,10 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
     }
 }
 
-void attention_runner::roll_keys(int layer) {
-    roll_items_.clear();
-    int64_t work = 0;
-    for (int s = 0; s < static_cast<int>(segs_.size()); ++s) {
-        const kv_cache& c = *segs_[static_cast<size_t>(s)].cache;
-        if (!c.rolling()) continue;
-        for (int g = 0; g < hp_.n_kv_head; ++g) {
-            roll_items_.emplace_back(s, g);
-            work += int64_t{c.n_kept_[static_cast<size_t>(c.unit_of(layer, g))]} * hp_.head_dim;
-        }
-    }
-    const int n = static_cast<int>(roll_items_.size());
-    const bool fork = n > 1 && core::should_fork(core::parallel_site::attention, work, k_attend_min_work);
-#pragma omp parallel for schedule(static, 1) if (fork)
-    for (int i = 0; i < n; ++i) {
-        const segment& sg = segs_[static_cast<size_t>(roll_items_[static_cast<size_t>(i)].first)];
-        sg.cache->roll_keys(layer, roll_items_[static_cast<size_t>(i)].second, sg.cache->chunk_done() + sg.n);
+void attention_runner::set_turns(int layer) {
+    for (const segment& sg : segs_) {
+        if (!sg.cache->rolling()) continue;
+        for (int g = 0; g < hp_.n_kv_head; ++g) sg.cache->set_turns(layer, g, sg.cache->chunk_done() + sg.n);
     }
 }
 
@@ -224,8 +216,9 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const size_t qo =
                 static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(g * group + p * per_part) * hd;
             double* row = fused_[static_cast<size_t>(qi - q0)] ? c.row(c.unit_of(layer, g)) : nullptr;
-            attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g), slots, out + qo, w, n,
-                         row);
+            const kernels::key_turns t = c.turned(layer) ? c.turns(layer, g) : kernels::key_turns{};
+            attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g),
+                         c.turned(layer) ? &t : nullptr, slots, out + qo, w, n, row);
         }
 
         // Commits: (segment, unit) tasks; each unit owns its row and policy table, so units commit in
@@ -368,8 +361,10 @@ status attention_runner::attend_reference(int layer, const float* q, float* out)
                 const size_t qo = static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(h) * hd;
                 float* w =
                     weights_.data() + w_off_[static_cast<size_t>(g)] + static_cast<size_t>(h - g * group) * n;
-                attend_slots(hp_, q + qo, 1, c.keys(layer, g), c.values(layer, g), att, out + qo, w,
-                             static_cast<size_t>(n), nullptr);
+                const kernels::key_turns t = c.turned(layer) ? c.turns(layer, g) : kernels::key_turns{};
+                attend_slots(hp_, q + qo, 1, c.keys(layer, g), c.values(layer, g),
+                             c.turned(layer) ? &t : nullptr, att, out + qo, w, static_cast<size_t>(n),
+                             nullptr);
                 if (!scores) continue;
                 double* row = c.row(c.unit_of(layer, g));
                 for (int j = 0; j < n; ++j) row[slots[j]] += static_cast<double>(w[j]);

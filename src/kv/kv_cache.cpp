@@ -115,8 +115,8 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     // A policy that keeps its own copy of the keys (f32), sized by its largest unit.
     fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
     // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (rope_dim
-    // floats per slot and distinct rope of the layers), one layer's keys in f32 (head_dim floats per slot and
-    // KV head) and the turn of each of them (int32 per slot and KV head).
+    // floats per slot and distinct rope of the layers) and the turn of each key one layer attends (int32 per
+    // slot and KV head).
     fp.rolling = pf.positions == policy::position_mode::rolling;
     if (fp.rolling) {
         if (hp.layer_rope.size() != static_cast<size_t>(hp.n_layer) || hp.rope_specs.empty()) {
@@ -125,8 +125,7 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
                 hp.layer_rope.size(), hp.n_layer);
         }
         const auto specs = static_cast<int64_t>(hp.rope_specs.size());
-        fp.table_bytes +=
-            pf.capacity * (4 * pf.n_units + 4 * hp.rope_dim * specs + 4 * hp.n_kv_head * (hp.head_dim + 1));
+        fp.table_bytes += pf.capacity * (4 * pf.n_units + 4 * hp.rope_dim * specs + 4 * hp.n_kv_head);
     }
     H2OKV_RETURN_IF_ERROR(check_memory(hp, fp, type));
     return fp;
@@ -250,8 +249,6 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
                     model::rope_turn_table(hp.rope_specs[r], -static_cast<int64_t>(d),
                                            &c->turns_[(r * cap + d) * rd]);
             }
-            const size_t rows = static_cast<size_t>(hp.n_kv_head) * cap * static_cast<size_t>(hp.head_dim);
-            c->rolled_k_.assign(rows, 0.0f);
             c->turn_of_.assign(static_cast<size_t>(hp.n_kv_head) * cap, 0);
         }
     } catch (const std::bad_alloc&) {
@@ -393,15 +390,10 @@ status kv_cache::begin_chunk(int64_t first, int n) {
 
 kernels::kv_rows kv_cache::keys(int layer, int g) const {
     const int li = index_[static_cast<size_t>(layer)];
-    if (sliding(layer)) return window_store_.k(li, g);
-    if (!rolling_) return store_.k(li, g);
-    const size_t rows = static_cast<size_t>(capacity()) * static_cast<size_t>(hp_.head_dim);
-    return {gguf::tensor_type::f32,
-            reinterpret_cast<const std::byte*>(&rolled_k_[static_cast<size_t>(g) * rows]),
-            static_cast<size_t>(hp_.head_dim) * sizeof(float)};
+    return sliding(layer) ? window_store_.k(li, g) : store_.k(li, g);
 }
 
-void kv_cache::roll_keys(int layer, int g, int n_chunk) {
+void kv_cache::set_turns(int layer, int g, int n_chunk) {
     const int u = policy_->unit_of(layer, g);
     const auto& slots = attended_[static_cast<size_t>(u)];
     const int n_kept = n_kept_[static_cast<size_t>(u)];
@@ -415,11 +407,14 @@ void kv_cache::roll_keys(int layer, int g, int n_chunk) {
         turn[j] = adm[slot] - rolling[slot];
     }
     std::fill(turn + n_kept, turn + n_kept + n_chunk, 0);
-    const kernels::rope_spec& rope = hp_.rope(layer);
-    const float* tables = &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap *
-                                  static_cast<size_t>(hp_.rope_dim)];
-    kernels::turn_rows(store_.k(layer, g), hp_.head_dim, slots.data(), turn, n_kept + n_chunk, hp_.rope_dim,
-                       rope.pairing, tables, &rolled_k_[static_cast<size_t>(g) * cap * hp_.head_dim]);
+}
+
+kernels::key_turns kv_cache::turns(int layer, int g) const {
+    const size_t cap = static_cast<size_t>(capacity());
+    return {&turn_of_[static_cast<size_t>(g) * cap],
+            &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap *
+                    static_cast<size_t>(hp_.rope_dim)],
+            hp_.rope_dim, hp_.rope(layer).pairing};
 }
 
 status kv_cache::end_chunk() {

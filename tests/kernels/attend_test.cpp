@@ -252,39 +252,99 @@ TEST(Attend, VariantsMatchReference) {
     EXPECT_GE(compared, 3 * 10 * 2 * 2);
 }
 
-// Rolling positions attend f32 keys (turned to their places) over values stored in any type.
-TEST(Attend, F32KeysOverStoredValues) {
+using attend_turned_fn = void (*)(const float*, int, const kv_rows&, const kv_rows&, int, const int32_t*, int,
+                                  const key_turns&, float, float*, float*, size_t, double*);
+
+// attend_turned against its definition, bit for bit, on every ISA: turn_rows into an f32 copy of the keys,
+// then attend over that copy and the decoded values (the loaders give the decoded floats, so the sums are
+// the same). The ISA a shape lands on is the first, from the one called downward, whose vectors the rotated
+// dims fill (the reference takes all). Every KV type, both pairings, rotated dims that fill 16 or 8 lanes or
+// neither, turns of 0 (the chunk's own keys) and not, 1 to 3 heads, score rows summed.
+TEST(AttendTurned, EqualsTurnRowsThenAttendBitForBit) {
+    struct isa_fns {
+        const char* name;
+        attend_turned_fn turned;
+        attend_fn plain;
+        int lanes;  // 0: any shape
+    };
+    std::vector<isa_fns> isas = {{"reference", &ref::attend_turned, &ref::attend, 0}};
+#ifdef H2OKV_KERNELS_X86
+    if (core::cpu_supports(core::cpu_isa::avx2))
+        isas.push_back({"avx2", &avx2::attend_turned, &avx2::attend, 8});
+    if (core::cpu_supports(core::cpu_isa::avx512))
+        isas.push_back({"avx512", &avx512::attend_turned, &avx512::attend, 16});
+#endif
+    const int n_tables = 11;
     int compared = 0;
-    for (tensor_type type : {tensor_type::f16, tensor_type::q8_0, tensor_type::q4_0, tensor_type::q4_1}) {
-        for (int head_dim : {32, 64, 128}) {
-            for (int n : {1, 9, 300}) {
-                const int n_q = 3;
-                store s = make_store(type, head_dim, n_q, n + 3, n, static_cast<uint32_t>(head_dim * 31 + n));
-                s.k = encode_matrix(tensor_type::f32, n + 3, head_dim, static_cast<uint32_t>(n + 5), 4);
-                const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-                const auto stride = static_cast<size_t>(n);
-                std::vector<float> out_ref(static_cast<size_t>(n_q * head_dim)), w_ref(stride * n_q);
-                ref::attend(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
-                            out_ref.data(), w_ref.data(), stride, nullptr);
-                for (const variant& v : all_variants()) {
-                    std::vector<float> out(out_ref.size()), w(w_ref.size());
-                    v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(), n, scale,
-                         out.data(), w.data(), stride, nullptr);
-                    for (int h = 0; h < n_q; ++h) {
-                        const attend_bounds b = bounds_for(s, h, n, scale, w_ref.data() + h * stride);
+    int fused = 0;
+    for (tensor_type type : kTypes) {
+        for (int head_dim : dims_for(type, {8, 16, 24, 32, 64, 128})) {
+            for (int rope_dim : {head_dim, head_dim / 2, 16, 8, 6}) {
+                if (rope_dim > head_dim || rope_dim % 2 != 0 || rope_dim == 0) continue;
+                for (rope_pairing pairing : {rope_pairing::normal, rope_pairing::neox}) {
+                    const auto fills = [&](int lanes) {
+                        return lanes == 0 ||
+                               (head_dim % lanes == 0 && rope_dim % lanes == 0 &&
+                                (pairing == rope_pairing::normal || (rope_dim / 2) % lanes == 0));
+                    };
+                    for (int n : {1, 9, 70}) {
+                        const int n_q = 1 + (n + head_dim / 8) % 3;
+                        const auto seed = static_cast<uint32_t>(head_dim * 977 + rope_dim * 31 + n);
+                        const store s = make_store(type, head_dim, n_q, n + 5, n, seed);
+                        const std::vector<float> tables =
+                            random_floats(static_cast<size_t>(n_tables) * rope_dim, seed + 7);
+                        std::vector<int32_t> turns(static_cast<size_t>(n));
                         for (int j = 0; j < n; ++j)
-                            ASSERT_LE(std::fabs(w[h * stride + j] - w_ref[h * stride + j]), b.weight[j])
-                                << v.name << " " << core::tensor_type_label(type) << " weight " << j;
-                        for (int d = 0; d < head_dim; ++d)
-                            ASSERT_LE(std::fabs(out[h * head_dim + d] - out_ref[h * head_dim + d]), b.out[d])
-                                << v.name << " " << core::tensor_type_label(type) << " out " << d;
+                            turns[j] = j % 5 == 0 ? 0 : 1 + (j * 7 + n) % (n_tables - 1);
+                        const key_turns t{turns.data(), tables.data(), rope_dim, pairing};
+                        // The definition: the turned keys as f32 rows, the decoded values as f32 rows.
+                        std::vector<float> kf(static_cast<size_t>(n + 5) * head_dim, 0.0f);
+                        ref::turn_rows(s.k_rows(), head_dim, s.slots.data(), turns.data(), n, rope_dim,
+                                       pairing, tables.data(), kf.data());
+                        const kv_rows k32{tensor_type::f32, reinterpret_cast<const std::byte*>(kf.data()),
+                                          head_dim * sizeof(float)};
+                        const kv_rows v32{tensor_type::f32,
+                                          reinterpret_cast<const std::byte*>(s.v.values.data()),
+                                          head_dim * sizeof(float)};
+                        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                        const auto stride = static_cast<size_t>(n);
+                        for (size_t vi = 0; vi < isas.size(); ++vi) {
+                            size_t lands = vi;
+                            while (!fills(isas[lands].lanes)) --lands;
+                            fused += lands == vi && vi > 0;
+                            std::vector<float> out_want(static_cast<size_t>(n_q * head_dim)),
+                                w_want(stride * n_q);
+                            std::vector<double> row_want(static_cast<size_t>(n + 5), 0.25);
+                            isas[lands].plain(s.q.data(), n_q, k32, v32, head_dim, s.slots.data(), n, scale,
+                                              out_want.data(), w_want.data(), stride, row_want.data());
+                            std::vector<float> out(out_want.size(), -1.0f), w(w_want.size(), -1.0f);
+                            std::vector<double> row(row_want.size(), 0.25);
+                            isas[vi].turned(s.q.data(), n_q, s.k_rows(), s.v_rows(), head_dim, s.slots.data(),
+                                            n, t, scale, out.data(), w.data(), stride, row.data());
+                            const std::string what = std::string(isas[vi].name) + " (lands on " +
+                                                     isas[lands].name + ") " + core::tensor_type_label(type) +
+                                                     " head_dim " + std::to_string(head_dim) + " rope_dim " +
+                                                     std::to_string(rope_dim) +
+                                                     (pairing == rope_pairing::normal ? " normal" : " neox") +
+                                                     " n " + std::to_string(n);
+                            ASSERT_EQ(0, std::memcmp(out.data(), out_want.data(), out.size() * sizeof(float)))
+                                << what;
+                            ASSERT_EQ(0, std::memcmp(w.data(), w_want.data(), w.size() * sizeof(float)))
+                                << what;
+                            ASSERT_EQ(0,
+                                      std::memcmp(row.data(), row_want.data(), row.size() * sizeof(double)))
+                                << what;
+                            ++compared;
+                        }
                     }
-                    ++compared;
                 }
             }
         }
     }
-    EXPECT_GE(compared, 4 * 3 * 3 * 2);
+    EXPECT_GE(compared, 5 * 2 * 2 * 3);
+    if (isas.size() > 1) {
+        EXPECT_GT(fused, 0) << "no shape took a SIMD kernel's own turned path";
+    }
 }
 
 // kernels::attend runs the variant set_isa selects (what H2OKV_ISA picks at start-up): the same bits as that

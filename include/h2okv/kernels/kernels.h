@@ -176,7 +176,7 @@ struct kv_rows {
 bool attend_supports(core::tensor_type t, int head_dim) noexcept;
 
 // Attention of the n_q (>= 1) query heads of one GQA group over the same slot-indexed K/V rows (k and v of
-// one type, or f32 keys over values of any type); K and V are read once for all the heads.
+// one type); K and V are read once for all the heads.
 //   q: [n_q][head_dim]; slots[0..n): the slot indices to attend, in any order;
 //   for head i: s_ij = scale * dot(q_i, k[slots[j]]);  w_i = softmax(s_i);
 //   out: [n_q][head_dim], out[i] = sum_j w_ij * v[slots[j]].
@@ -201,6 +201,24 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
 void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
                int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept;
 
+// The turns of attend_turned: slot j's key turned by the table at tables + turns[j] * rope_dim (none where
+// turns[j] == 0), as turn_rows defines it.
+struct key_turns {
+    const int32_t* turns;
+    const float* tables;
+    int rope_dim;
+    rope_pairing pairing;
+};
+
+// attend over the keys turn_rows would write for (slots, t), the values as stored, without writing them:
+// each key row is decoded and turned in registers as its score is computed. The same bits as turn_rows into
+// an f32 buffer, then attend over those rows, for K and V of one type whose rotated dims fill the ISA's
+// vectors (rope_dim, and under neox rope_dim / 2, a multiple of 16 for avx512 and 8 for avx2); other shapes
+// take the next ISA down, the reference last (its per-element turned keys are the same values).
+void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                   const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
+                   size_t weights_stride, double* score_row) noexcept;
+
 // Gemma's blocks (src/kernels/gemma.cpp): one scalar implementation each, used by every ISA (they are a
 // small part of a step; no SIMD twin to keep in step).
 //
@@ -212,9 +230,10 @@ void softcap(float* x, int n, float cap) noexcept;
 // attend with soft-capped scores: s_ij = cap * tanh(scale * dot(q_i, k[slots[j]]) / cap), then attend's
 // softmax, outputs, weights and score_row, same layout and order; cap > 0. Dots, tanh and sums in double
 // (the reference attend's arithmetic); thread-safe like attend.
+// With turns, the keys are turned as attend_turned turns them.
 void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                     const int32_t* slots, int n, float scale, float cap, float* out, float* weights,
-                    size_t weights_stride, double* score_row) noexcept;
+                    size_t weights_stride, double* score_row, const key_turns* turns = nullptr) noexcept;
 
 // The instruction sets kernels are compiled for. `best_isa()` is the best the CPU supports (avx512 over avx2
 // over reference); the kernels start with core::selected_isa() (h2okv/core/cpu_isa.h: the best, or the one

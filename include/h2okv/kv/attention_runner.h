@@ -67,9 +67,8 @@ private:
     status attend_parallel(int layer, const float* q, float* out);
     status attend_reference(int layer, const float* q, float* out);
     void store_kv(int layer, const float* k, const float* v);
-    // Rolling-position caches: the layer's kept keys turned to their rolling positions (kv_cache::roll_keys),
-    // in parallel over (segment, KV head).
-    void roll_keys(int layer);
+    // Rolling-position caches: by how much the layer's kept keys turn (kv_cache::set_turns).
+    void set_turns(int layer);
     // Sums and commits the rows of the block's queries of segment `s`, unit `u` of `layer`.
     void commit_unit(int layer, int s, int u, int q0, int q1);
     void emit_weights(int layer, int q0, int q1);
@@ -89,8 +88,7 @@ private:
     std::vector<uint8_t> fused_;  // [query - q0]: the kernel sums the row itself (the only query of a
                                   // head-granularity unit in the block, its whole group in one item)
     std::vector<float> weights_;  // softmax weights of the block, [query][KV head][group head][attended]
-    std::vector<std::pair<int, int>> tasks_;       // (segment, unit) commits of a block
-    std::vector<std::pair<int, int>> roll_items_;  // (segment, KV head) of roll_keys
+    std::vector<std::pair<int, int>> tasks_;  // (segment, unit) commits of a block
 };
 
 }  // namespace h2okv::kv

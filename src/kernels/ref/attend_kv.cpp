@@ -55,10 +55,26 @@ double element(const kv_rows& r, int32_t slot, int d) {
     }
 }
 
-}  // namespace
+// Element d of row `slot` turned by table t (none: null), as turn_rows turns it: in float, each product
+// rounded, then the difference or the sum.
+double turned_element(const kv_rows& r, int32_t slot, int d, const float* t, int rope_dim, rope_pairing p) {
+    if (t == nullptr || d >= rope_dim) return element(r, slot, d);
+    const int half = rope_dim / 2;
+    const bool normal = p == rope_pairing::normal;
+    const int i = normal ? d / 2 : d % half;
+    const int a = normal ? 2 * i : i;
+    const int b = normal ? 2 * i + 1 : i + half;
+    const float c = t[normal ? 2 * i : i];
+    const float s = t[normal ? 2 * i + 1 : half + i];
+    const auto xa = static_cast<float>(element(r, slot, a));
+    const auto xb = static_cast<float>(element(r, slot, b));
+    return d == a ? xa * c - xb * s : xb * c + xa * s;
+}
 
-void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
-            int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row) {
+// attend, with key element d of slot j given by key(j, d).
+template <typename Key>
+void attend_keys(const float* q, int n_q, const kv_rows& v, int head_dim, const int32_t* slots, int n,
+                 float scale, float* out, float* weights, size_t weights_stride, double* score_row, Key key) {
     std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
     if (n <= 0) return;
     for (int h = 0; h < n_q; ++h) {
@@ -66,7 +82,7 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
         float* w = weights + static_cast<size_t>(h) * weights_stride;
         for (int j = 0; j < n; ++j) {
             double dot = 0.0;
-            for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * element(k, slots[j], d);
+            for (int d = 0; d < head_dim; ++d) dot += static_cast<double>(qh[d]) * key(j, d);
             w[j] = static_cast<float>(static_cast<double>(scale) * dot);
         }
         softmax(w, n);
@@ -84,6 +100,26 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
                     static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
         }
     }
+}
+
+}  // namespace
+
+void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
+            int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row) {
+    attend_keys(q, n_q, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row,
+                [&](int j, int d) { return element(k, slots[j], d); });
+}
+
+void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                   const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
+                   size_t weights_stride, double* score_row) {
+    attend_keys(q, n_q, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row,
+                [&](int j, int d) {
+                    const float* table = t.turns[j] == 0 ? nullptr
+                                                         : t.tables + static_cast<size_t>(t.turns[j]) *
+                                                                          static_cast<size_t>(t.rope_dim);
+                    return turned_element(k, slots[j], d, table, t.rope_dim, t.pairing);
+                });
 }
 
 }  // namespace h2okv::kernels::ref

@@ -40,5 +40,9 @@ void to_f16(const float* src, int64_t n, std::byte* dst);
 // double.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
+// kernels::attend_turned: attend's arithmetic over the keys turned element by element (turn_rows' values).
+void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                   const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
+                   size_t weights_stride, double* score_row);
 
 }  // namespace h2okv::kernels::ref

@@ -1,8 +1,9 @@
-// AVX2 + FMA + F16C attention over f32, f16, q8_0, q4_0 and q4_1 K/V rows (kernels::attend's contract). The
-// query heads of a GQA group are taken up to three at a time: each K or V chunk is loaded and converted once
-// and feeds every head's accumulators. Every accumulator belongs to one (head, slot) or one (head, output
-// element), so a head's bits do not depend on how many heads share the pass. head_dim not a multiple of 8
-// goes to the reference kernel (no model in use has one).
+// AVX2 + FMA + F16C attention over f32, f16, q8_0, q4_0 and q4_1 K/V rows (kernels::attend's contract), and
+// over keys turned as they are loaded (kernels::attend_turned). The query heads of a GQA group are taken up
+// to three at a time: each K or V chunk is loaded and converted once and feeds every head's accumulators.
+// Every accumulator belongs to one (head, slot) or one (head, output element), so a head's bits do not depend
+// on how many heads share the pass. head_dim not a multiple of 8 goes to the reference kernel (no model in
+// use has one).
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
 #include "kernels/ref/ref.h"
@@ -89,12 +90,11 @@ H2OKV_AVX2 inline __m128 hsum4(const __m256* a) {
 // w[h][j0 + s] = scale * dot(q_h, row s) for the S (4 or 8) rows at slots[0..S) and the NQ heads. Each
 // (head, slot) has its own FMA chain over the row in order and the hsum4 tree; a short batch (count < S) is
 // padded by repeating its last slot and only `count` results are stored.
-template <typename Rows, int NQ, int S>
-H2OKV_AVX2 void scores(const float* q, const kv_rows& k, int hd, const int32_t* slots, int count, float scale,
-                       float* w, size_t w_stride) {
-    const std::byte* rows[S];
-    for (int s = 0; s < S; ++s)
-        rows[s] = k.data + static_cast<size_t>(slots[std::min(s, count - 1)]) * k.row_bytes;
+template <typename Keys, int NQ, int S>
+H2OKV_AVX2 void scores(const float* q, const Keys& keys, int hd, const int32_t* slots, int j0, int count,
+                       float scale, float* w, size_t w_stride) {
+    typename Keys::row_t rows[S];
+    for (int s = 0; s < S; ++s) rows[s] = keys.row(slots, j0 + std::min(s, count - 1));
     __m256 acc[NQ][S];
 #pragma GCC unroll 8
     for (int h = 0; h < NQ; ++h) {
@@ -104,7 +104,7 @@ H2OKV_AVX2 void scores(const float* q, const kv_rows& k, int hd, const int32_t* 
     for (int i = 0; i < hd; i += 8) {
 #pragma GCC unroll 8
         for (int s = 0; s < S; ++s) {
-            const __m256 kv = Rows::load(rows[s], i);
+            const __m256 kv = keys.load(rows[s], i);
 #pragma GCC unroll 4
             for (int h = 0; h < NQ; ++h)
                 acc[h][s] =
@@ -189,14 +189,14 @@ H2OKV_AVX2 void stripe_any(float* out, const float* w, size_t w_stride, const kv
 }
 
 // One pass over the slots for NQ heads: scores, softmax per head, weighted sum. q, out: [NQ][hd].
-template <typename KRows, typename VRows, int NQ>
-H2OKV_AVX2 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v, int hd, const int32_t* slots,
+template <typename Keys, typename VRows, int NQ>
+H2OKV_AVX2 void attend_heads(const float* q, const Keys& keys, const kv_rows& v, int hd, const int32_t* slots,
                              int n, float scale, float* out, float* w, size_t w_stride) {
     constexpr int S = NQ == 1 ? 8 : 4;  // (head, slot) chains in flight: 8 or 12
     for (int j = 0; j < n; j += S) {
         for (int p = j + prefetch_ahead; p < std::min(n, j + prefetch_ahead + S); ++p)
-            prefetch_row(k, slots[p]);
-        scores<KRows, NQ, S>(q, k, hd, slots + j, std::min(S, n - j), scale, w + j, w_stride);
+            prefetch_row(keys.k, slots[p]);
+        scores<Keys, NQ, S>(q, keys, hd, slots, j, std::min(S, n - j), scale, w + j, w_stride);
     }
     for (int h = 0; h < NQ; ++h) softmax(w + static_cast<size_t>(h) * w_stride, n);
     std::fill(out, out + static_cast<size_t>(NQ) * hd, 0.0f);
@@ -210,27 +210,98 @@ H2OKV_AVX2 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v,
     }
 }
 
-template <typename KRows, typename VRows>
-H2OKV_AVX2 void attend_rows(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hd,
+template <typename Keys, typename VRows>
+H2OKV_AVX2 void attend_rows(const float* q, int n_q, const Keys& keys, const kv_rows& v, int hd,
                             const int32_t* slots, int n, float scale, float* out, float* w, size_t w_stride) {
     for (int h = 0; h < n_q; h += 3) {
         const size_t off = static_cast<size_t>(h) * hd;
         float* wh = w + static_cast<size_t>(h) * w_stride;
         switch (std::min(3, n_q - h)) {
             case 1:
-                attend_heads<KRows, VRows, 1>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<Keys, VRows, 1>(q + off, keys, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
             case 2:
-                attend_heads<KRows, VRows, 2>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<Keys, VRows, 2>(q + off, keys, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
             default:
-                attend_heads<KRows, VRows, 3>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<Keys, VRows, 3>(q + off, keys, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
         }
     }
 }
 
+// The key rows a call attends, for scores: row(slots, j) is slot j's handle, load(handle, i) the floats of
+// its elements i .. i+7.
+template <typename Rows>
+struct stored_keys {
+    kv_rows k;
+    using row_t = const std::byte*;
+    row_t row(const int32_t* slots, int j) const {
+        return k.data + static_cast<size_t>(slots[j]) * k.row_bytes;
+    }
+    H2OKV_AVX2 __m256 load(row_t r, int i) const { return Rows::load(r, i); }
+};
+
+// Keys turned as they are loaded (kernels::attend_turned), with turn_row's operations: the same floats as
+// turn_rows writes. rope_dim (and under neox rope_dim / 2) is a multiple of 8.
+template <typename Rows, rope_pairing P>
+struct turned_keys {
+    kv_rows k;
+    key_turns t;
+    struct row_t {
+        const std::byte* p;
+        const float* table;  // null: not turned
+    };
+    row_t row(const int32_t* slots, int j) const {
+        const int32_t turn = t.turns[j];
+        return {k.data + static_cast<size_t>(slots[j]) * k.row_bytes,
+                turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim)};
+    }
+    H2OKV_AVX2 __m256 load(row_t r, int i) const {
+        const __m256 x = Rows::load(r.p, i);
+        if (r.table == nullptr || i >= t.rope_dim) return x;
+        if constexpr (P == rope_pairing::normal) {
+            const __m256 cs = _mm256_loadu_ps(r.table + i);
+            const __m256 a = _mm256_mul_ps(x, _mm256_moveldup_ps(cs));
+            const __m256 b = _mm256_mul_ps(_mm256_permute_ps(x, 0xB1), _mm256_movehdup_ps(cs));
+            return _mm256_addsub_ps(a, b);
+        } else {
+            const int half = t.rope_dim / 2;
+            if (i < half) {  // x' = x * c - partner * s
+                const __m256 hi = Rows::load(r.p, i + half);
+                return _mm256_sub_ps(_mm256_mul_ps(x, _mm256_loadu_ps(r.table + i)),
+                                     _mm256_mul_ps(hi, _mm256_loadu_ps(r.table + half + i)));
+            }
+            const __m256 lo = Rows::load(r.p, i - half);  // x' = x * c + partner * s
+            return _mm256_add_ps(_mm256_mul_ps(x, _mm256_loadu_ps(r.table + i - half)),
+                                 _mm256_mul_ps(lo, _mm256_loadu_ps(r.table + i)));
+        }
+    }
+};
+
+// f(Rows{}) for the row loader of type t.
+template <typename F>
+H2OKV_AVX2 void with_rows(core::tensor_type t, F&& f) {
+    using tt = core::tensor_type;
+    switch (t) {
+        case tt::f16: f(f16_rows{}); break;
+        case tt::q8_0: f(q8_0_rows{}); break;
+        case tt::q4_0: f(q4_0_rows{}); break;
+        case tt::q4_1: f(q4_1_rows{}); break;
+        default: f(f32_rows{}); break;
+    }
+}
+
 }  // namespace
+
+void add_scores(const float* weights, size_t weights_stride, int n_q, const int32_t* slots, int n,
+                double* score_row) {
+    if (score_row == nullptr) return;
+    for (int j = 0; j < n; ++j) {
+        for (int h = 0; h < n_q; ++h)
+            score_row[slots[j]] += static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+    }
+}
 
 H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                        const int32_t* slots, int n, float scale, float* out, float* weights,
@@ -243,43 +314,44 @@ H2OKV_AVX2 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows&
         std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
         return;
     }
-    // K and V share the type, except for f32 keys turned to rolling positions over stored values.
-    using tt = core::tensor_type;
-    if (k.type == tt::f16) {
-        attend_rows<f16_rows, f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                        weights_stride);
-    } else if (k.type == tt::q8_0) {
-        attend_rows<q8_0_rows, q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                          weights_stride);
-    } else if (k.type == tt::q4_0) {
-        attend_rows<q4_0_rows, q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                          weights_stride);
-    } else if (k.type == tt::q4_1) {
-        attend_rows<q4_1_rows, q4_1_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                          weights_stride);
-    } else if (v.type == tt::f16) {
-        attend_rows<f32_rows, f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                        weights_stride);
-    } else if (v.type == tt::q8_0) {
-        attend_rows<f32_rows, q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                         weights_stride);
-    } else if (v.type == tt::q4_0) {
-        attend_rows<f32_rows, q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                         weights_stride);
-    } else if (v.type == tt::q4_1) {
-        attend_rows<f32_rows, q4_1_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                         weights_stride);
-    } else {
-        attend_rows<f32_rows, f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights,
-                                        weights_stride);
+    with_rows(k.type, [&](auto rows) {
+        using Rows = decltype(rows);
+        attend_rows<stored_keys<Rows>, Rows>(q, n_q, stored_keys<Rows>{k}, v, head_dim, slots, n, scale, out,
+                                             weights, weights_stride);
+    });
+    add_scores(weights, weights_stride, n_q, slots, n, score_row);
+}
+
+bool turns_fill(int head_dim, const key_turns& t, int lanes) {
+    return head_dim % lanes == 0 && t.rope_dim % lanes == 0 &&
+           (t.pairing == rope_pairing::normal || (t.rope_dim / 2) % lanes == 0);
+}
+
+H2OKV_AVX2 void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                              const int32_t* slots, int n, const key_turns& t, float scale, float* out,
+                              float* weights, size_t weights_stride, double* score_row) {
+    if (!turns_fill(head_dim, t, 8)) {
+        ref::attend_turned(q, n_q, k, v, head_dim, slots, n, t, scale, out, weights, weights_stride,
+                           score_row);
+        return;
     }
-    if (score_row != nullptr) {
-        for (int j = 0; j < n; ++j) {
-            for (int h = 0; h < n_q; ++h)
-                score_row[slots[j]] +=
-                    static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+    if (n <= 0) {
+        std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
+        return;
+    }
+    with_rows(k.type, [&](auto rows) {
+        using Rows = decltype(rows);
+        if (t.pairing == rope_pairing::normal) {
+            using Keys = turned_keys<Rows, rope_pairing::normal>;
+            attend_rows<Keys, Rows>(q, n_q, Keys{k, t}, v, head_dim, slots, n, scale, out, weights,
+                                    weights_stride);
+        } else {
+            using Keys = turned_keys<Rows, rope_pairing::neox>;
+            attend_rows<Keys, Rows>(q, n_q, Keys{k, t}, v, head_dim, slots, n, scale, out, weights,
+                                    weights_stride);
         }
-    }
+    });
+    add_scores(weights, weights_stride, n_q, slots, n, score_row);
 }
 
 }  // namespace h2okv::kernels::avx2

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 // GCC 12's AVX-512 intrinsics pass `_mm512_undefined_*()` as the ignored source of their unmasked forms,
 // which -Wuninitialized and -Wmaybe-uninitialized report at every use (as in avx512.cpp).
@@ -95,12 +94,11 @@ H2OKV_AVX512 inline __m128 hsum4(const __m512* a) {
 
 // w[h][s] = scale * dot(q_h, row s) for the S (4 or 8) rows at slots[0..S) and the NQ heads, one FMA chain
 // per (head, slot); a short batch (count < S) repeats its last slot and stores only `count` results.
-template <typename Rows, int NQ, int S>
-H2OKV_AVX512 void scores(const float* q, const kv_rows& k, int hd, const int32_t* slots, int count,
+template <typename Keys, int NQ, int S>
+H2OKV_AVX512 void scores(const float* q, const Keys& keys, int hd, const int32_t* slots, int j0, int count,
                          float scale, float* w, size_t w_stride) {
-    const std::byte* rows[S];
-    for (int s = 0; s < S; ++s)
-        rows[s] = k.data + static_cast<size_t>(slots[std::min(s, count - 1)]) * k.row_bytes;
+    typename Keys::row_t rows[S];
+    for (int s = 0; s < S; ++s) rows[s] = keys.row(slots, j0 + std::min(s, count - 1));
     __m512 acc[NQ][S];
 #pragma GCC unroll 8
     for (int h = 0; h < NQ; ++h) {
@@ -110,7 +108,7 @@ H2OKV_AVX512 void scores(const float* q, const kv_rows& k, int hd, const int32_t
     for (int i = 0; i < hd; i += 16) {
 #pragma GCC unroll 8
         for (int s = 0; s < S; ++s) {
-            const __m512 kv = Rows::load(rows[s], i);
+            const __m512 kv = keys.load(rows[s], i);
 #pragma GCC unroll 4
             for (int h = 0; h < NQ; ++h)
                 acc[h][s] =
@@ -192,15 +190,15 @@ H2OKV_AVX512 void stripe_any(float* out, const float* w, size_t w_stride, const 
 }
 
 // One pass over the slots for NQ heads: scores, softmax per head, weighted sum. q, out: [NQ][hd].
-template <typename KRows, typename VRows, int NQ>
-H2OKV_AVX512 void attend_heads(const float* q, const kv_rows& k, const kv_rows& v, int hd,
+template <typename Keys, typename VRows, int NQ>
+H2OKV_AVX512 void attend_heads(const float* q, const Keys& keys, const kv_rows& v, int hd,
                                const int32_t* slots, int n, float scale, float* out, float* w,
                                size_t w_stride) {
     constexpr int S = NQ == 1 ? 8 : 4;  // (head, slot) chains in flight: 8 or 12
     for (int j = 0; j < n; j += S) {
         for (int p = j + prefetch_ahead; p < std::min(n, j + prefetch_ahead + S); ++p)
-            prefetch_row(k, slots[p]);
-        scores<KRows, NQ, S>(q, k, hd, slots + j, std::min(S, n - j), scale, w + j, w_stride);
+            prefetch_row(keys.k, slots[p]);
+        scores<Keys, NQ, S>(q, keys, hd, slots, j, std::min(S, n - j), scale, w + j, w_stride);
     }
     for (int h = 0; h < NQ; ++h) avx2::softmax(w + static_cast<size_t>(h) * w_stride, n);
     std::fill(out, out + static_cast<size_t>(NQ) * hd, 0.0f);
@@ -213,8 +211,8 @@ H2OKV_AVX512 void attend_heads(const float* q, const kv_rows& k, const kv_rows& 
     }
 }
 
-template <typename KRows, typename VRows>
-H2OKV_AVX512 void attend_rows(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hd,
+template <typename Keys, typename VRows>
+H2OKV_AVX512 void attend_rows(const float* q, int n_q, const Keys& keys, const kv_rows& v, int hd,
                               const int32_t* slots, int n, float scale, float* out, float* w,
                               size_t w_stride) {
     for (int h = 0; h < n_q; h += 3) {
@@ -222,28 +220,78 @@ H2OKV_AVX512 void attend_rows(const float* q, int n_q, const kv_rows& k, const k
         float* wh = w + static_cast<size_t>(h) * w_stride;
         switch (std::min(3, n_q - h)) {
             case 1:
-                attend_heads<KRows, VRows, 1>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<Keys, VRows, 1>(q + off, keys, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
             case 2:
-                attend_heads<KRows, VRows, 2>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<Keys, VRows, 2>(q + off, keys, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
             default:
-                attend_heads<KRows, VRows, 3>(q + off, k, v, hd, slots, n, scale, out + off, wh, w_stride);
+                attend_heads<Keys, VRows, 3>(q + off, keys, v, hd, slots, n, scale, out + off, wh, w_stride);
                 break;
         }
     }
 }
 
-// K and V of one type, or f32 keys (rolling positions) over values of any type.
-template <typename VRows>
-H2OKV_AVX512 void attend_values(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hd,
-                                const int32_t* slots, int n, float scale, float* out, float* w,
-                                size_t w_stride) {
+// The key rows a call attends, for scores: row(slots, j) is slot j's handle, load(handle, i) the floats of
+// its elements i .. i+15.
+template <typename Rows>
+struct stored_keys {
+    kv_rows k;
+    using row_t = const std::byte*;
+    row_t row(const int32_t* slots, int j) const {
+        return k.data + static_cast<size_t>(slots[j]) * k.row_bytes;
+    }
+    H2OKV_AVX512 __m512 load(row_t r, int i) const { return Rows::load(r, i); }
+};
+
+// Keys turned as they are loaded, with turn_rows' operations on 16 lanes (the same floats); rope_dim (and
+// under neox rope_dim / 2) is a multiple of 16.
+template <typename Rows, rope_pairing P>
+struct turned_keys {
+    kv_rows k;
+    key_turns t;
+    struct row_t {
+        const std::byte* p;
+        const float* table;  // null: not turned
+    };
+    row_t row(const int32_t* slots, int j) const {
+        const int32_t turn = t.turns[j];
+        return {k.data + static_cast<size_t>(slots[j]) * k.row_bytes,
+                turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim)};
+    }
+    H2OKV_AVX512 __m512 load(row_t r, int i) const {
+        const __m512 x = Rows::load(r.p, i);
+        if (r.table == nullptr || i >= t.rope_dim) return x;
+        if constexpr (P == rope_pairing::normal) {
+            // Pairs side by side, as their (cos, sin): the even lanes subtract, the odd ones add.
+            const __m512 cs = _mm512_loadu_ps(r.table + i);
+            const __m512 a = _mm512_mul_ps(x, _mm512_moveldup_ps(cs));
+            const __m512 b = _mm512_mul_ps(_mm512_permute_ps(x, 0xB1), _mm512_movehdup_ps(cs));
+            return _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
+        } else {
+            const int half = t.rope_dim / 2;
+            if (i < half) {  // x' = x * c - partner * s
+                const __m512 hi = Rows::load(r.p, i + half);
+                return _mm512_sub_ps(_mm512_mul_ps(x, _mm512_loadu_ps(r.table + i)),
+                                     _mm512_mul_ps(hi, _mm512_loadu_ps(r.table + half + i)));
+            }
+            const __m512 lo = Rows::load(r.p, i - half);  // x' = x * c + partner * s
+            return _mm512_add_ps(_mm512_mul_ps(x, _mm512_loadu_ps(r.table + i - half)),
+                                 _mm512_mul_ps(lo, _mm512_loadu_ps(r.table + i)));
+        }
+    }
+};
+
+// f(Rows{}) for the row loader of type t.
+template <typename F>
+H2OKV_AVX512 void with_rows(core::tensor_type t, F&& f) {
     using tt = core::tensor_type;
-    if (k.type == tt::f32) {
-        attend_rows<f32_rows, VRows>(q, n_q, k, v, hd, slots, n, scale, out, w, w_stride);
-    } else if constexpr (!std::is_same_v<VRows, f32_rows>) {
-        attend_rows<VRows, VRows>(q, n_q, k, v, hd, slots, n, scale, out, w, w_stride);
+    switch (t) {
+        case tt::f16: f(f16_rows{}); break;
+        case tt::q8_0: f(q8_0_rows{}); break;
+        case tt::q4_0: f(q4_0_rows{}); break;
+        case tt::q4_1: f(q4_1_rows{}); break;
+        default: f(f32_rows{}); break;
     }
 }
 
@@ -260,31 +308,39 @@ H2OKV_AVX512 void attend(const float* q, int n_q, const kv_rows& k, const kv_row
         std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
         return;
     }
-    using tt = core::tensor_type;
-    switch (v.type) {
-        case tt::f16:
-            attend_values<f16_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
-        case tt::q8_0:
-            attend_values<q8_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
-        case tt::q4_0:
-            attend_values<q4_0_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
-        case tt::q4_1:
-            attend_values<q4_1_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
-        default:
-            attend_values<f32_rows>(q, n_q, k, v, head_dim, slots, n, scale, out, weights, weights_stride);
-            break;
+    with_rows(k.type, [&](auto rows) {
+        using Rows = decltype(rows);
+        attend_rows<stored_keys<Rows>, Rows>(q, n_q, stored_keys<Rows>{k}, v, head_dim, slots, n, scale, out,
+                                             weights, weights_stride);
+    });
+    avx2::add_scores(weights, weights_stride, n_q, slots, n, score_row);
+}
+
+H2OKV_AVX512 void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                                const int32_t* slots, int n, const key_turns& t, float scale, float* out,
+                                float* weights, size_t weights_stride, double* score_row) {
+    if (!avx2::turns_fill(head_dim, t, 16)) {
+        avx2::attend_turned(q, n_q, k, v, head_dim, slots, n, t, scale, out, weights, weights_stride,
+                            score_row);
+        return;
     }
-    if (score_row != nullptr) {
-        for (int j = 0; j < n; ++j) {
-            for (int h = 0; h < n_q; ++h)
-                score_row[slots[j]] +=
-                    static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+    if (n <= 0) {
+        std::fill(out, out + static_cast<size_t>(n_q) * head_dim, 0.0f);
+        return;
+    }
+    with_rows(k.type, [&](auto rows) {
+        using Rows = decltype(rows);
+        if (t.pairing == rope_pairing::normal) {
+            using Keys = turned_keys<Rows, rope_pairing::normal>;
+            attend_rows<Keys, Rows>(q, n_q, Keys{k, t}, v, head_dim, slots, n, scale, out, weights,
+                                    weights_stride);
+        } else {
+            using Keys = turned_keys<Rows, rope_pairing::neox>;
+            attend_rows<Keys, Rows>(q, n_q, Keys{k, t}, v, head_dim, slots, n, scale, out, weights,
+                                    weights_stride);
         }
-    }
+    });
+    avx2::add_scores(weights, weights_stride, n_q, slots, n, score_row);
 }
 
 }  // namespace h2okv::kernels::avx512

@@ -542,7 +542,8 @@ const kernel_table& avx2_table() {
                                 &avx2::turn_rows,
                                 &avx2::quantize_q8_0_act,
                                 &avx2::q8_0_dot_rows,
-                                &avx2::to_f16};
+                                &avx2::to_f16,
+                                &avx2::attend_turned};
     return t;
 }
 

@@ -35,6 +35,16 @@ void to_f16(const float* src, int64_t n, std::byte* dst);
 // float FMA chains.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
+// kernels::attend_turned (the same file): attend's passes over keys turned in registers as they are loaded;
+// the reference where the rotated dims do not fill 8-lane vectors (turns_fill).
+void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                   const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
+                   size_t weights_stride, double* score_row);
+// True when head_dim, rope_dim and (neox) rope_dim / 2 are multiples of `lanes`.
+bool turns_fill(int head_dim, const key_turns& t, int lanes);
+// score_row[slots[j]] += weights[h][j] for j < n, h < n_q in that order (attend's score bookkeeping).
+void add_scores(const float* weights, size_t weights_stride, int n_q, const int32_t* slots, int n,
+                double* score_row);
 
 // kernels::turn_rows (src/kernels/x86/turn_avx2.cpp): f32 and f16 rows decoded and turned 8 dims at a time
 // (q8_0 rows decoded by dequantize_row first); the reference's products and sums, so the same bits.

@@ -454,7 +454,7 @@ const kernel_table& avx512_table() {
                                 &avx2::softmax,   &avx512::attend,          &avx2::rmsnorm,
                                 &avx2::swiglu,    &avx2::quantize_q8k,      &avx512::kquant_rows,
                                 &avx2::turn_rows, &avx2::quantize_q8_0_act, &avx512::q8_0_dot_rows,
-                                &avx2::to_f16};
+                                &avx2::to_f16,    &avx512::attend_turned};
     return t;
 }
 

@@ -22,6 +22,11 @@ void dequantize_row(core::tensor_type t, const std::byte* src, int64_t n, float*
 // multiple of 16 (the AVX2 kernel otherwise), every KV type decoded as dequantize_row.
 void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim, const int32_t* slots,
             int n, float scale, float* out, float* weights, size_t weights_stride, double* score_row);
+// kernels::attend_turned (the same file): the AVX2 kernel's turned keys on 16 lanes where the rotated dims
+// fill them, the AVX2 kernel otherwise.
+void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
+                   const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
+                   size_t weights_stride, double* score_row);
 // kernel_table::kquant_rows: with AVX512-VNNI 16-row panels and a 512-bit Q4_K decode kernel, else AVX2's.
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
