@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 dir=${1:-build/nosimd}
 jobs=$(nproc)
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2OKV_WERROR=ON -DH2OKV_BUILD_BENCH=OFF \
-    -DCMAKE_CXX_FLAGS=-DH2OKV_KERNELS_NO_SIMD >/dev/null
+    -DCMAKE_CXX_FLAGS=-DH2OKV_KERNELS_NO_SIMD -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" >/dev/null
 cmake --build "$dir" --target test_unit_core test_kernels test_policy -j "$jobs"
 # Without SIMD code the ISA in use is the scalar one, whatever the CPU offers.
 "$dir/tests/test_unit_core" --gtest_brief=1

@@ -19,8 +19,9 @@ fi
 build=${FUZZ_BUILD:-build/fuzz}
 jobs=${JOBS:-$(nproc)}
 
+# Line tables only (-g1), quicker to compile than -g; -O2: at -O1 the GGUF target ran 30x fewer inputs a second.
 cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DH2OKV_FUZZ=ON \
-  -DH2OKV_BUILD_TESTS=OFF -DH2OKV_BUILD_BENCH=OFF >/dev/null
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1" -DH2OKV_BUILD_TESTS=OFF -DH2OKV_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]/#/fuzz_}"
 
 status=0
