@@ -37,6 +37,12 @@ protected:
         ASSERT_TRUE(m.ok()) << m.error().to_string();
         model_ = std::move(m).value().release();
     }
+    static void TearDownTestSuite() {
+        delete model_;
+        delete file_;
+        model_ = nullptr;
+        file_ = nullptr;
+    }
     static gguf::file* file_;
     static model::model* model_;
 };
