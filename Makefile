@@ -38,8 +38,8 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 110 minutes on 2 cores:
-# run_results.sh about 15 minutes, rolling about 25, throughput about 15, ruler about 30, calibrate about 20,
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 115 minutes on 2 cores:
+# run_results.sh about 15 minutes, rolling about 30, throughput about 15, ruler about 30, calibrate about 20,
 # kvquant, xsum and speed a few each).
 results: release
 	bash scripts/run_results.sh results
@@ -63,7 +63,7 @@ throughput: release
 	/usr/bin/python3 scripts/gen_results.py results docs
 
 # Re-measures only the rolling-positions section (perplexity past the trained context, a 1M-token stream;
-# about 25 minutes).
+# about 30 minutes).
 rolling: release
 	bash scripts/run_rolling.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs

@@ -143,7 +143,9 @@ def speed_section(rows, lines):
         by.setdefault(os.path.basename(r["model"]), {}).setdefault(m, []).append(r["decode_tps"])
     cpu = rows[0].get("cpu", "")
     lines.append(f"`h2okv bench -t 1 -p 16 -n 128 --depth 2048 --kv-policy h2o --kv-budget 256`, original and "
-                 f"rolling runs interleaved, median of each mode's runs; CPU: {cpu}.\n")
+                 f"rolling runs interleaved, median of each mode's runs; CPU: {cpu}. Wall-clock on a shared "
+                 "machine, where one run can differ from the next by tens of percent: the instruction counts "
+                 "below are the comparison to trust.\n")
     lines.append("| model | original (tokens/s) | rolling (tokens/s) | rolling / original |")
     lines.append("|---|---|---|---|")
     for model, m in by.items():
@@ -152,6 +154,25 @@ def speed_section(rows, lines):
         if o and ro:
             a, b = o[len(o) // 2], ro[len(ro) // 2]
             lines.append(f"| {model} | {a:.0f} | {b:.0f} | {b / a:.2f} |")
+    lines.append("")
+
+
+def instructions_section(rows, lines):
+    lines.append("### Decode instructions at depth: rolling against original positions\n")
+    lines.append("`scripts/run_rolling.sh` under valgrind's cachegrind (`h2okv bench -t 1 -p 16 --depth 512 "
+                 "--kv-policy h2o --kv-budget 256`): instructions executed per decoded token, a run decoding n + 1 "
+                 "tokens minus one decoding 1, over n. A count the shared machine's noise does not move; valgrind "
+                 "reports no AVX-512, so these are the AVX2 kernels' counts.\n")
+    lines.append("| model | tokens decoded | original (instructions/token) | rolling (instructions/token) | "
+                 "rolling / original |")
+    lines.append("|---|---|---|---|---|")
+    by = {}
+    for r in rows:
+        by.setdefault((os.path.basename(r["model"]), r["decoded"]), {})[r["positions"]] = r["instructions_per_token"]
+    for (model, n), m in by.items():
+        if "original" in m and "rolling" in m:
+            lines.append(f"| {model} | {n} | {m['original']:,} | {m['rolling']:,} | "
+                         f"{m['rolling'] / m['original']:.3f} |")
     lines.append("")
 
 
@@ -180,6 +201,7 @@ def rolling_section(res, img_dir, lines):
         curves_section(os.path.basename(path)[len("rolling_ppl_"):-len(".jsonl")], load(path), img_dir, lines)
     for name, render in (("stream", lambda rows: stream_section(rows, lines, img_dir)),
                          ("speed", lambda rows: speed_section(rows, lines)),
+                         ("instructions", lambda rows: instructions_section(rows, lines)),
                          ("drift", lambda rows: drift_section(rows, lines))):
         path = os.path.join(res, f"rolling_{name}.jsonl")
         if os.path.exists(path):

@@ -4,7 +4,8 @@
 # in both position modes, the 4096-token comparison with the window, a 1M-token stream's memory and speed,
 # decode speed at depth in both modes, and the accuracy of the two ways of rotating stored keys.
 # Usage: scripts/run_rolling.sh [OUT_DIR]   (default: results/). Needs ../shared (models and data).
-# Writes only rolling_*.jsonl (removed first); about 20 minutes on 2 cores.
+# Writes only rolling_*.jsonl (removed first); about 30 minutes on 2 cores, the instruction counts under
+# valgrind (when installed) about 19 of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results}
@@ -58,5 +59,27 @@ for rep in 1 2 3; do
         done
     done
 done
+
+# The same comparison as instructions executed per decoded token (valgrind's cachegrind: a count that the
+# machine's noise does not move; valgrind reports no AVX-512, so the AVX2 kernels run): a run decoding n + 1
+# tokens minus one decoding 1, over n.
+if command -v valgrind >/dev/null; then
+    instructions() {  # MODEL POSITIONS N_DECODE
+        valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null $B bench -m "$1" -t 1 -p 16 \
+            -n "$3" --depth 512 --repeats 1 --kv-policy h2o --kv-budget 256 --kv-positions "$2" 2>&1 >/dev/null |
+            sed -n 's/.*I *refs: *//p' | tr -d ,
+    }
+    for m in "$stories" "$eval5m"; do
+        n=$([ "$m" = "$stories" ] && echo 512 || echo 128)
+        for pos in original rolling; do
+            one=$(instructions "$m" $pos 1)
+            many=$(instructions "$m" $pos $((n + 1)))
+            echo "{\"model\": \"$m\", \"positions\": \"$pos\", \"depth\": 512, \"decoded\": $n," \
+                "\"instructions_per_token\": $(((many - one) / n))}" >>"$out/rolling_instructions.jsonl"
+        done
+    done
+else
+    echo "run_rolling: valgrind is not installed (Debian: valgrind); the instruction counts are left out" >&2
+fi
 
 /usr/bin/python3 scripts/rolling_drift.py "$out/rolling_drift.jsonl" >/dev/null

@@ -39,7 +39,7 @@ void attend_softcap(const float* q, int n_q, const kv_rows& k, const kv_rows& v,
         if (turns != nullptr) {  // the row alone, as slot 0 of a view of it
             const kv_rows row{k.type, k.data + slot * k.row_bytes, k.row_bytes};
             const int32_t first = 0;
-            turn_rows(row, head_dim, &first, turns->turns + j, 1, turns->rope_dim, turns->pairing,
+            turn_rows(row, head_dim, &first, turns->turns + slot, 1, turns->rope_dim, turns->pairing,
                       turns->tables, &kf[static_cast<size_t>(j) * hd]);
         } else {
             dequantize_row(k.type, k.data + slot * k.row_bytes, head_dim, &kf[static_cast<size_t>(j) * hd]);

@@ -116,7 +116,6 @@ status attention_runner::attend(int layer, int n_tok, const float* q, const floa
             n_tok_, hp_.n_layer);
     }
     store_kv(layer, k, v);
-    set_turns(layer);
     return path_ == path::reference ? attend_reference(layer, q, out) : attend_parallel(layer, q, out);
 }
 
@@ -140,13 +139,6 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
                 sg.cache->write(layer, g, sg.cache->chunk_done() + t, k + off, v + off);
             }
         }
-    }
-}
-
-void attention_runner::set_turns(int layer) {
-    for (const segment& sg : segs_) {
-        if (!sg.cache->rolling()) continue;
-        for (int g = 0; g < hp_.n_kv_head; ++g) sg.cache->set_turns(layer, g, sg.cache->chunk_done() + sg.n);
     }
 }
 

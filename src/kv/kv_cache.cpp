@@ -114,9 +114,8 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     fp.table_bytes += pf.table_bytes + pf.total_slots() * 4 + 4 * pf.n_units + pf.capacity * 8 * rows;
     // A policy that keeps its own copy of the keys (f32), sized by its largest unit.
     fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
-    // Rolling positions: the admission positions (int32 per slot and unit), the turns' tables (rope_dim
-    // floats per slot and distinct rope of the layers) and the turn of each key one layer attends (int32 per
-    // slot and KV head).
+    // Rolling positions: the turns' tables (rope_dim floats per slot and distinct rope of the layers; the
+    // policy's tables count each slot's admission position and turn).
     fp.rolling = pf.positions == policy::position_mode::rolling;
     if (fp.rolling) {
         if (hp.layer_rope.size() != static_cast<size_t>(hp.n_layer) || hp.rope_specs.empty()) {
@@ -125,7 +124,7 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
                 hp.layer_rope.size(), hp.n_layer);
         }
         const auto specs = static_cast<int64_t>(hp.rope_specs.size());
-        fp.table_bytes += pf.capacity * (4 * pf.n_units + 4 * hp.rope_dim * specs + 4 * hp.n_kv_head);
+        fp.table_bytes += pf.capacity * 4 * hp.rope_dim * specs;
     }
     H2OKV_RETURN_IF_ERROR(check_memory(hp, fp, type));
     return fp;
@@ -242,14 +241,12 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         if (c->policy_->config().positions == policy::position_mode::rolling) {
             c->rolling_ = true;
             const auto rd = static_cast<size_t>(hp.rope_dim);
-            c->admitted_.assign(units * cap, 0);
             c->turns_.resize(hp.rope_specs.size() * cap * rd);
             for (size_t r = 0; r < hp.rope_specs.size(); ++r) {
                 for (size_t d = 0; d < cap; ++d)
                     model::rope_turn_table(hp.rope_specs[r], -static_cast<int64_t>(d),
                                            &c->turns_[(r * cap + d) * rd]);
             }
-            c->turn_of_.assign(static_cast<size_t>(hp.n_kv_head) * cap, 0);
         }
     } catch (const std::bad_alloc&) {
         return out_of_memory("could not allocate the KV cache's slot lists ({} units of {} slots)",
@@ -366,13 +363,6 @@ status kv_cache::begin_chunk(int64_t first, int n) {
                     u, policy_->n_kept(u), chunk_base_);
             }
         }
-        const size_t cap = static_cast<size_t>(capacity());
-        for (int u = 0; u < policy_->n_units(); ++u) {
-            auto chunk = policy_->chunk_slots(u);
-            int32_t* adm = &admitted_[static_cast<size_t>(u) * cap];
-            for (int i = 0; i < n; ++i)
-                adm[chunk[static_cast<size_t>(i)]] = static_cast<int32_t>(chunk_base_ + i);
-        }
     }
     chunk_first_ = first;
     chunk_n_ = n;
@@ -393,25 +383,9 @@ kernels::kv_rows kv_cache::keys(int layer, int g) const {
     return sliding(layer) ? window_store_.k(li, g) : store_.k(li, g);
 }
 
-void kv_cache::set_turns(int layer, int g, int n_chunk) {
-    const int u = policy_->unit_of(layer, g);
-    const auto& slots = attended_[static_cast<size_t>(u)];
-    const int n_kept = n_kept_[static_cast<size_t>(u)];
-    const size_t cap = static_cast<size_t>(capacity());
-    const auto rolling = policy_->slot_rolling_positions(u);
-    const int32_t* adm = &admitted_[static_cast<size_t>(u) * cap];
-    int32_t* turn = &turn_of_[static_cast<size_t>(g) * cap];
-    // A chunk token is attended at its admission position; a kept one has dropped by d >= 0 since.
-    for (int j = 0; j < n_kept; ++j) {
-        const auto slot = static_cast<size_t>(slots[static_cast<size_t>(j)]);
-        turn[j] = adm[slot] - rolling[slot];
-    }
-    std::fill(turn + n_kept, turn + n_kept + n_chunk, 0);
-}
-
 kernels::key_turns kv_cache::turns(int layer, int g) const {
     const size_t cap = static_cast<size_t>(capacity());
-    return {&turn_of_[static_cast<size_t>(g) * cap],
+    return {policy_->slot_turns(policy_->unit_of(layer, g)).data(),
             &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap *
                     static_cast<size_t>(hp_.rope_dim)],
             hp_.rope_dim, hp_.rope(layer).pairing};

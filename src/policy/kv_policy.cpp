@@ -50,7 +50,10 @@ void reset_table(unit_table& t) {
 
 void allocate_table(unit_table& t, int32_t capacity, int max_chunk, bool rolling) {
     t.pos.resize(capacity);
-    if (rolling) t.rolling.assign(capacity, 0);
+    if (rolling) {
+        t.admitted.assign(capacity, 0);
+        t.drop.assign(capacity, 0);
+    }
     t.score.resize(capacity);
     t.kept.resize(capacity);
     t.free_heap.reserve(capacity);
@@ -86,6 +89,7 @@ void release(unit_table& t, int32_t slot) {
 
 // After an eviction, each survivor's rolling position drops by the number of victims older than it (their
 // ranks were below its own), which keeps the kept positions at 0..n_kept-1 in position order. O(n_kept).
+// The drop is what attention turns the stored key by (kernels::key_turns reads it by slot).
 void renumber(unit_table& t) {
     if (t.n_victims == 0) return;
     const int64_t* vb = t.victim_pos.data();
@@ -95,7 +99,7 @@ void renumber(unit_table& t) {
         const int64_t p = t.pos[slot];
         const auto older = t.n_victims == 1 ? static_cast<int32_t>(*vb < p)
                                             : static_cast<int32_t>(std::lower_bound(vb, ve, p) - vb);
-        t.rolling[slot] -= older;
+        t.drop[slot] += older;
     }
 }
 
@@ -129,9 +133,9 @@ result<footprint> kv_policy::measure() const {
     // unless the units have budgets or protections of their own.
     const bool own = !config_.unit_budget.empty();
     f.n_tables = f.needs_attention || needs_keys() || own ? f.n_units : 1;
-    // allocate_table's vectors: pos, score, kept, free_heap (and rolling) per slot; chunk, victim_slot,
-    // victim_pos per chunk token; and the shared scratch.
-    const int64_t rolling = config_.positions == position_mode::rolling ? 4 : 0;
+    // allocate_table's vectors: pos, score, kept, free_heap (and admitted, drop) per slot; chunk,
+    // victim_slot, victim_pos per chunk token; and the shared scratch.
+    const int64_t rolling = config_.positions == position_mode::rolling ? 8 : 0;
     std::vector<int64_t> unit_capacity(static_cast<size_t>(f.n_units));
     for (int u = 0; u < f.n_units; ++u) {
         const int64_t capacity =
@@ -281,7 +285,10 @@ status kv_policy::begin_chunk(int64_t first, int n) {
             t.score[slot] = 0.0;
             t.chunk[i] = slot;
             t.high_water = std::max(t.high_water, slot + 1);
-            if (!t.rolling.empty()) t.rolling[slot] = t.n_kept + i;
+            if (!t.drop.empty()) {
+                t.admitted[slot] = t.n_kept + i;
+                t.drop[slot] = 0;
+            }
         }
         t.n_chunk = n;
         const int64_t over = t.budget > 0 ? t.n_kept + n - t.budget : 0;
@@ -360,7 +367,7 @@ status kv_policy::end_chunk() {
         }
         while (t.high_water > 0 && t.pos[t.high_water - 1] < 0) --t.high_water;
         t.lowest_hint = -1;
-        if (!t.rolling.empty()) renumber(t);
+        if (!t.drop.empty()) renumber(t);
     }
     st.next = st.chunk_first + st.chunk_n;
     st.in_chunk = false;
@@ -377,8 +384,15 @@ std::span<const int32_t> kv_policy::victim_slots(int unit) const {
     return {t.victim_slot.data(), static_cast<size_t>(t.n_victims)};
 }
 
-std::span<const int32_t> kv_policy::slot_rolling_positions(int unit) const {
-    return table(unit).rolling;
+std::span<const int32_t> kv_policy::slot_turns(int unit) const {
+    return table(unit).drop;
+}
+
+std::vector<int32_t> kv_policy::slot_rolling_positions(int unit) const {
+    const auto& t = table(unit);
+    std::vector<int32_t> r(t.admitted.size());
+    for (size_t s = 0; s < r.size(); ++s) r[s] = t.admitted[s] - t.drop[s];
+    return r;
 }
 
 int64_t kv_policy::next_position() const {

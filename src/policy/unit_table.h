@@ -16,11 +16,13 @@ namespace h2okv::policy::detail {
 
 struct unit_table {
     // Per slot, `capacity` entries each.
-    std::vector<int64_t> pos;      // the position held, -1 for a free slot
-    std::vector<double> score;     // accumulated attention (0 for a free slot)
-    std::vector<int32_t> kept;     // kept[0..n_kept): slots held before the chunk, in ascending order
-    std::vector<int32_t> rolling;  // rolling positions (kv_policy::slot_rolling_positions); empty in
-                                   // original mode
+    std::vector<int64_t> pos;   // the position held, -1 for a free slot
+    std::vector<double> score;  // accumulated attention (0 for a free slot)
+    std::vector<int32_t> kept;  // kept[0..n_kept): slots held before the chunk, in ascending order
+    // Rolling mode only (empty in original mode): the rolling position each slot's token was admitted at,
+    // and how far it has dropped since (kv_policy::slot_turns); its rolling position is the difference.
+    std::vector<int32_t> admitted;
+    std::vector<int32_t> drop;
     // Candidates of a multi-victim selection: `capacity` entries that every table of a policy shares (victims
     // are chosen one table at a time).
     int32_t* scratch = nullptr;

@@ -293,10 +293,16 @@ TEST(AttendTurned, EqualsTurnRowsThenAttendBitForBit) {
                         const store s = make_store(type, head_dim, n_q, n + 5, n, seed);
                         const std::vector<float> tables =
                             random_floats(static_cast<size_t>(n_tables) * rope_dim, seed + 7);
+                        // turn_rows takes the turns in attended order, key_turns by slot (the slots are
+                        // a random subset in random order, so reading one for the other is caught); the
+                        // slots nobody attends hold a turn no attended key has.
                         std::vector<int32_t> turns(static_cast<size_t>(n));
-                        for (int j = 0; j < n; ++j)
-                            turns[j] = j % 5 == 0 ? 0 : 1 + (j * 7 + n) % (n_tables - 1);
-                        const key_turns t{turns.data(), tables.data(), rope_dim, pairing};
+                        std::vector<int32_t> by_slot(static_cast<size_t>(n + 5), n_tables - 1);
+                        for (int j = 0; j < n; ++j) {
+                            turns[j] = j % 5 == 0 ? 0 : 1 + (j * 7 + n) % (n_tables - 2);
+                            by_slot[static_cast<size_t>(s.slots[static_cast<size_t>(j)])] = turns[j];
+                        }
+                        const key_turns t{by_slot.data(), tables.data(), rope_dim, pairing};
                         // The definition: the turned keys as f32 rows, the decoded values as f32 rows.
                         std::vector<float> kf(static_cast<size_t>(n + 5) * head_dim, 0.0f);
                         ref::turn_rows(s.k_rows(), head_dim, s.slots.data(), turns.data(), n, rope_dim,

@@ -201,8 +201,9 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
 void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
                int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept;
 
-// The turns of attend_turned: slot j's key turned by the table at tables + turns[j] * rope_dim (none where
-// turns[j] == 0), as turn_rows defines it.
+// The turns of attend_turned, read by slot: the key in slot s turned by the table at tables + turns[s] *
+// rope_dim (none where turns[s] == 0), as turn_rows defines it for that row and turn (the policy's
+// kv_policy::slot_turns table, so nothing is gathered per step).
 struct key_turns {
     const int32_t* turns;
     const float* tables;
@@ -210,11 +211,12 @@ struct key_turns {
     rope_pairing pairing;
 };
 
-// attend over the keys turn_rows would write for (slots, t), the values as stored, without writing them:
-// each key row is decoded and turned in registers as its score is computed. The same bits as turn_rows into
-// an f32 buffer, then attend over those rows, for K and V of one type whose rotated dims fill the ISA's
-// vectors (rope_dim, and under neox rope_dim / 2, a multiple of 16 for avx512 and 8 for avx2); other shapes
-// take the next ISA down, the reference last (its per-element turned keys are the same values).
+// attend over the keys turn_rows would write for slots with turns t.turns[slots[j]], the values as stored,
+// without writing them: each key row is decoded and turned in registers as its score is computed. The same
+// bits as turn_rows into an f32 buffer, then attend over those rows, for K and V of one type whose rotated
+// dims fill the ISA's vectors (rope_dim, and under neox rope_dim / 2, a multiple of 16 for avx512 and 8 for
+// avx2); other shapes take the next ISA down, the reference last (its per-element turned keys are the same
+// values).
 void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                    const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
                    size_t weights_stride, double* score_row) noexcept;

@@ -67,8 +67,6 @@ private:
     status attend_parallel(int layer, const float* q, float* out);
     status attend_reference(int layer, const float* q, float* out);
     void store_kv(int layer, const float* k, const float* v);
-    // Rolling-position caches: by how much the layer's kept keys turn (kv_cache::set_turns).
-    void set_turns(int layer);
     // Sums and commits the rows of the block's queries of segment `s`, unit `u` of `layer`.
     void commit_unit(int layer, int s, int u, int q0, int q1);
     void emit_weights(int layer, int q0, int q1);

@@ -7,8 +7,8 @@
 // place in the text and its key is stored so. In `rolling` mode the chunk's tokens are rotated at n_kept + i
 // (position_of), and a key is stored as rotated at that admission position; when a query attends, each kept
 // key whose rolling position has dropped since (older tokens were evicted) is turned back by the difference
-// as attention loads it (set_turns, kernels::attend_turned), so the stored rows are never rewritten and
-// never accumulate rounding.
+// as attention loads it (turns(): the policy's drop per slot, kernels::attend_turned), so the stored rows are
+// never rewritten and never accumulate rounding.
 //
 // Sliding-window layers (model::hparams::sliding, Gemma's local layers) are not governed by the policy: they
 // get their own store and a `window` slot table (kv_policy of the `window` policy over those layers, one
@@ -146,10 +146,9 @@ private:
     bool hands_rows(int layer) const;
     kernels::kv_rows values(int layer, int g) const;
     kernels::kv_rows keys(int layer, int g) const;
-    // Rolling mode: by how much each key of (layer, g) that the open chunk's first n_chunk tokens attend
-    // turns, from its admission position to its rolling position (0 for the chunk's own); turns(g) then
-    // gives them to attention, in the attended order.
-    void set_turns(int layer, int g, int n_chunk);
+    // Rolling mode: by how much each slot's key in the unit of (layer, g) turns, from its admission position
+    // to its rolling position (0 for the chunk's own; kv_policy::slot_turns, read by slot), with the layer's
+    // turn tables.
     kernels::key_turns turns(int layer, int g) const;
     // Whether attention turns the layer's keys (rolling mode, a global layer).
     bool turned(int layer) const { return rolling_ && !sliding(layer); }
@@ -169,14 +168,10 @@ private:
     std::vector<int64_t> window_positions_;
     int window_n_kept_ = 0;
 
-    // Rolling positions: per unit and slot, the position a stored key was rotated at ([unit][capacity]);
-    // per distinct rope of the layers (hparams::rope_specs), the turns by -d for d in [0, capacity)
-    // ([spec][capacity][rope_dim], model::rope_turn_table); by how much each key one layer attends turns
-    // ([n_kv_head][capacity], in the attended order).
+    // Rolling positions: per distinct rope of the layers (hparams::rope_specs), the turns by -d for d in
+    // [0, capacity) ([spec][capacity][rope_dim], model::rope_turn_table). The policy keeps each key's turn.
     bool rolling_ = false;
-    std::vector<int32_t> admitted_;
     std::vector<float> turns_;
-    std::vector<int32_t> turn_of_;
 
     // The open chunk.
     int64_t chunk_first_ = 0;

@@ -288,7 +288,11 @@ public:
     // position of each occupied slot's token, its rank among the unit's positions. Between chunks the kept
     // slots hold 0..n_kept-1 in position order; from begin_chunk on, chunk token i holds n_kept + i (the
     // kept slots keep theirs until end_chunk, which renumbers the survivors). Free slots hold stale values.
-    std::span<const int32_t> slot_rolling_positions(int unit) const;
+    // slot_turns: by how much each slot's rolling position has dropped since its token was admitted (0 for
+    // the chunk's tokens), the turn attention gives a key stored at its admission position
+    // (kernels::key_turns); slot_rolling_positions: the positions themselves (introspection, computed).
+    std::span<const int32_t> slot_turns(int unit) const;
+    std::vector<int32_t> slot_rolling_positions(int unit) const;
 
     // The first position of the next chunk (the number of tokens seen so far).
     int64_t next_position() const;

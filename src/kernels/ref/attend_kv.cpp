@@ -113,13 +113,13 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
 void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                    const int32_t* slots, int n, const key_turns& t, float scale, float* out, float* weights,
                    size_t weights_stride, double* score_row) {
-    attend_keys(q, n_q, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row,
-                [&](int j, int d) {
-                    const float* table = t.turns[j] == 0 ? nullptr
-                                                         : t.tables + static_cast<size_t>(t.turns[j]) *
-                                                                          static_cast<size_t>(t.rope_dim);
-                    return turned_element(k, slots[j], d, table, t.rope_dim, t.pairing);
-                });
+    attend_keys(
+        q, n_q, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row, [&](int j, int d) {
+            const int32_t turn = t.turns[slots[j]];
+            const float* table =
+                turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim);
+            return turned_element(k, slots[j], d, table, t.rope_dim, t.pairing);
+        });
 }
 
 }  // namespace h2okv::kernels::ref

@@ -255,7 +255,7 @@ struct turned_keys {
         const float* table;  // null: not turned
     };
     row_t row(const int32_t* slots, int j) const {
-        const int32_t turn = t.turns[j];
+        const int32_t turn = t.turns[slots[j]];
         return {k.data + static_cast<size_t>(slots[j]) * k.row_bytes,
                 turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim)};
     }
