@@ -203,7 +203,7 @@ void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32
 
 // The turns of attend_turned, read by slot: the key in slot s turned by the table at tables + turns[s] *
 // rope_dim (none where turns[s] == 0), as turn_rows defines it for that row and turn (the policy's
-// kv_policy::slot_turns table, so nothing is gathered per step).
+// kv_policy::slot_turns table as it stands, so no attended-order copy is built per step).
 struct key_turns {
     const int32_t* turns;
     const float* tables;

@@ -103,7 +103,6 @@ public:
     // The RoPE position of the open chunk's token i, what the model rotates its q and k at: chunk_first() + i
     // in original mode, n_kept + i in rolling mode.
     int64_t position_of(int i) const { return chunk_base_ + i; }
-    bool rolling() const { return rolling_; }
 
     void set_row_observer(row_observer obs) { observer_ = std::move(obs); }
     void set_weights_observer(weights_observer obs) { weights_observer_ = std::move(obs); }
