@@ -26,6 +26,7 @@ const char* parallel_site_name(parallel_site s) noexcept {
         case parallel_site::matmul: return "matmul";
         case parallel_site::attention: return "attention";
         case parallel_site::commit: return "commit";
+        case parallel_site::tokens: return "tokens";
     }
     return "unknown";
 }

@@ -4,9 +4,23 @@
 #include <cstring>
 #include <new>
 
+#include "h2okv/core/parallel.h"
 #include "h2okv/engine/session.h"
 
 namespace h2okv::engine {
+namespace {
+
+// Below this many floats of logits a pass copies them out in one thread.
+constexpr int64_t k_copy_min_floats = 65536;
+
+// The logits rows a part wants.
+size_t rows_of(const step_part& p) {
+    return p.logits == model::logits_mode::all    ? p.tokens.size()
+           : p.logits == model::logits_mode::last ? 1
+                                                  : 0;
+}
+
+}  // namespace
 
 forward_pass::forward_pass(model::model& m, kv::attention_runner::path p) : model_(&m), runner_(p) {}
 
@@ -69,17 +83,26 @@ status forward_pass::run(std::span<const step_part> parts) {
         return st;
     }
     runner_.end_step();
-    size_t row = 0;
-    for (const step_part& p : parts) {
-        const size_t rows = p.logits == model::logits_mode::all    ? p.tokens.size()
-                            : p.logits == model::logits_mode::last ? 1
-                                                                   : 0;
-        if (parts.size() > 1 && rows > 0) {
-            std::memcpy(p.out, logits_.data() + row * n_vocab, rows * n_vocab * sizeof(float));
+    if (parts.size() > 1 && n_out > 0) {
+        // Each part's rows out of the shared buffer; the parts' copies split between the threads when large.
+        first_row_.clear();
+        size_t row = 0;
+        for (const step_part& p : parts) {
+            first_row_.push_back(row);
+            row += rows_of(p);
         }
-        row += rows;
-        H2OKV_RETURN_IF_ERROR(p.s->advance(static_cast<int>(p.tokens.size())));
+        const auto n_parts = static_cast<int64_t>(parts.size());
+        const bool fork = core::should_fork(core::parallel_site::tokens,
+                                            static_cast<int64_t>(n_out * n_vocab), k_copy_min_floats);
+        core::parallel_for(fork, n_parts, [&](int64_t i) {
+            const step_part& p = parts[static_cast<size_t>(i)];
+            if (const size_t rows = rows_of(p); rows > 0) {
+                std::memcpy(p.out, logits_.data() + first_row_[static_cast<size_t>(i)] * n_vocab,
+                            rows * n_vocab * sizeof(float));
+            }
+        });
     }
+    for (const step_part& p : parts) H2OKV_RETURN_IF_ERROR(p.s->advance(static_cast<int>(p.tokens.size())));
     return ok_status();
 }
 

@@ -129,8 +129,7 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
         n_segs > 1 &&
         core::should_fork(core::parallel_site::attention,
                           static_cast<int64_t>(n_tok_) * static_cast<int64_t>(kv_stride), k_store_min_work);
-#pragma omp parallel for schedule(static, 1) if (fork)
-    for (int s = 0; s < n_segs; ++s) {
+    core::parallel_for<true>(fork, n_segs, [&](int64_t s) {
         const segment& sg = segs_[static_cast<size_t>(s)];
         for (int t = 0; t < sg.n; ++t) {
             for (int g = 0; g < hp_.n_kv_head; ++g) {
@@ -139,7 +138,7 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
                 sg.cache->write(layer, g, sg.cache->chunk_done() + t, k + off, v + off);
             }
         }
-    }
+    });
 }
 
 int attention_runner::n_att(int layer, const query& qu, int g) const {
@@ -194,8 +193,8 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
         const bool fork =
             items > 1 && core::should_fork(core::parallel_site::attention, static_cast<int64_t>(floats) * hd,
                                            k_attend_min_work);
-#pragma omp parallel for schedule(static, 1) if (fork)
-        for (int it = 0; it < items; ++it) {
+        core::parallel_for<true>(fork, items, [&](int64_t item) {
+            const int it = static_cast<int>(item);
             const int qi = q0 + it / (n_kv * parts);
             const int g = it / parts % n_kv;
             const int p = it % parts;
@@ -211,7 +210,7 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const kernels::key_turns t = c.turned(layer) ? c.turns(layer, g) : kernels::key_turns{};
             attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g),
                          c.turned(layer) ? &t : nullptr, slots, out + qo, w, n, row);
-        }
+        });
 
         // Commits: (segment, unit) tasks; each unit owns its row and policy table, so units commit in
         // parallel, each one's queries in order. A row observer sees rows query by query: then serially.
@@ -235,11 +234,10 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const bool fork_commit =
                 n_tasks > 1 && core::should_fork(core::parallel_site::commit, static_cast<int64_t>(floats),
                                                  k_commit_min_work);
-#pragma omp parallel for schedule(static, 1) if (fork_commit)
-            for (int ti = 0; ti < n_tasks; ++ti) {
+            core::parallel_for<true>(fork_commit, n_tasks, [&](int64_t ti) {
                 commit_unit(layer, tasks_[static_cast<size_t>(ti)].first,
                             tasks_[static_cast<size_t>(ti)].second, q0, q1);
-            }
+            });
         }
         emit_weights(layer, q0, q1);
     }

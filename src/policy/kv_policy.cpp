@@ -88,18 +88,23 @@ void release(unit_table& t, int32_t slot) {
 }
 
 // After an eviction, each survivor's rolling position drops by the number of victims older than it (their
-// ranks were below its own), which keeps the kept positions at 0..n_kept-1 in position order. O(n_kept).
+// ranks were below its own), which keeps the kept positions at 0..n_kept-1 in position order. One dense pass
+// over the occupied slots [0, high_water) (free and evicted slots hold position -1, below every victim, and
+// their drop is reset when a token takes them), so the usual single victim is a vectorised compare and add.
 // The drop is what attention turns the stored key by (kernels::key_turns reads it by slot).
-void renumber(unit_table& t) {
+void renumber(unit_table& t, const detail::score_pass_fns& pass) {
     if (t.n_victims == 0) return;
+    const int64_t* pos = t.pos.data();
+    int32_t* drop = t.drop.data();
+    const int32_t n = t.high_water;
+    if (t.n_victims == 1) {
+        pass.count_older(pos, n, t.victim_pos[0], drop);
+        return;
+    }
     const int64_t* vb = t.victim_pos.data();
     const int64_t* ve = vb + t.n_victims;
-    for (int32_t k = 0; k < t.n_kept; ++k) {
-        const int32_t slot = t.kept[k];
-        const int64_t p = t.pos[slot];
-        const auto older = t.n_victims == 1 ? static_cast<int32_t>(*vb < p)
-                                            : static_cast<int32_t>(std::lower_bound(vb, ve, p) - vb);
-        t.drop[slot] += older;
+    for (int32_t s = 0; s < n; ++s) {
+        if (pos[s] >= 0) drop[s] += static_cast<int32_t>(std::lower_bound(vb, ve, pos[s]) - vb);
     }
 }
 
@@ -367,7 +372,7 @@ status kv_policy::end_chunk() {
         }
         while (t.high_water > 0 && t.pos[t.high_water - 1] < 0) --t.high_water;
         t.lowest_hint = -1;
-        if (!t.drop.empty()) renumber(t);
+        if (!t.drop.empty()) renumber(t, *st.pass);
     }
     st.next = st.chunk_first + st.chunk_n;
     st.in_chunk = false;

@@ -69,6 +69,9 @@ struct scalar_impl {
         }
         return best.slot;
     }
+    static void count_older(const int64_t* pos, int32_t n, int64_t victim, int32_t* drop) {
+        for (int32_t s = 0; s < n; ++s) drop[s] += static_cast<int32_t>(pos[s] > victim);
+    }
 };
 
 #if H2OKV_POLICY_X86
@@ -162,6 +165,24 @@ struct avx2_impl {
         }
         return best.slot;
     }
+    H2OKV_AVX2 static void count_older(const int64_t* pos, int32_t n, int64_t victim, int32_t* drop) {
+        const __m256i v = _mm256_set1_epi64x(victim);
+        int32_t s = 0;
+        for (; s + 8 <= n; s += 8) {
+            // Two vectors of 64-bit masks (-1 where older) to eight 32-bit ones, in slot order.
+            const __m256i m0 =
+                _mm256_cmpgt_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pos + s)), v);
+            const __m256i m1 =
+                _mm256_cmpgt_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pos + s + 4)), v);
+            const __m256i m =
+                _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(
+                                             _mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1), 0x88)),
+                                         0xD8);
+            auto* d = reinterpret_cast<__m256i*>(drop + s);
+            _mm256_storeu_si256(d, _mm256_sub_epi32(_mm256_loadu_si256(d), m));
+        }
+        for (; s < n; ++s) drop[s] += static_cast<int32_t>(pos[s] > victim);
+    }
 };
 
 struct lanes8 {
@@ -243,6 +264,21 @@ struct avx512_impl {
         }
         return best.slot;
     }
+    H2OKV_AVX512 static void count_older(const int64_t* pos, int32_t n, int64_t victim, int32_t* drop) {
+        const __m512i v = _mm512_set1_epi64(victim);
+        const __m512i one = _mm512_set1_epi32(1);
+        for (int32_t s = 0; s < n; s += 16) {
+            const int32_t left = n - s;
+            const auto live = static_cast<__mmask16>(left >= 16 ? 0xffff : (1u << left) - 1u);
+            const auto lo = static_cast<__mmask8>(live), hi = static_cast<__mmask8>(live >> 8);
+            const __mmask8 k0 = _mm512_mask_cmpgt_epi64_mask(lo, _mm512_maskz_loadu_epi64(lo, pos + s), v);
+            const __mmask8 k1 =
+                _mm512_mask_cmpgt_epi64_mask(hi, _mm512_maskz_loadu_epi64(hi, pos + s + 8), v);
+            const auto k = static_cast<__mmask16>(k0 | (static_cast<unsigned>(k1) << 8));
+            const __m512i d = _mm512_maskz_loadu_epi32(live, drop + s);
+            _mm512_mask_storeu_epi32(drop + s, live, _mm512_mask_add_epi32(d, k, d, one));
+        }
+    }
 };
 
 #endif  // H2OKV_POLICY_X86
@@ -269,7 +305,7 @@ struct entry_points {
                                                        hi);
     }
     static constexpr score_pass_fns fns(const char* isa) {
-        return {isa, &add_row, &add_row_find_lowest, &find_lowest};
+        return {isa, &add_row, &add_row_find_lowest, &find_lowest, &Impl::count_older};
     }
 };
 

@@ -1,4 +1,5 @@
-// The per-slot score pass: the one loop on the decode path that touches every slot of a unit.
+// The per-slot score pass: the one loop on the decode path that touches every slot of a unit (and, in
+// rolling mode, the renumber after an eviction).
 //
 // Arrays are slot-indexed with n entries: score (double, updated in place), row (double, the row increment,
 // zero where the query did not attend) and pos (int64, -1 for a free slot). A slot is evictable when
@@ -27,6 +28,9 @@ struct score_pass_fns {
                                    double decay, int64_t lo, int64_t hi);
     // The lowest evictable slot (-1 when none).
     int32_t (*find_lowest)(const double* score, const int64_t* pos, int32_t n, int64_t lo, int64_t hi);
+    // drop[s] += 1 for each s in [0, n) with pos[s] > victim (a rolling-mode renumber after one eviction;
+    // integers, so every variant gives the same counts).
+    void (*count_older)(const int64_t* pos, int32_t n, int64_t victim, int32_t* drop);
 };
 
 // The variant of core::selected_isa(): the fastest this CPU runs, or H2OKV_ISA's.

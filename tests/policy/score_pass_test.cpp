@@ -72,6 +72,19 @@ TEST(policy_score_pass, ScalarFindsTheBruteForceMinimum) {
     }
 }
 
+TEST(policy_score_pass, ScalarCountsEveryNewerPositionOnce) {
+    std::mt19937_64 rng(3);
+    const auto& scalar = *score_pass_variants().front();
+    for (int trial = 0; trial < 100; ++trial) {
+        const auto n = static_cast<int32_t>(rng() % 100);
+        const slot_arrays a = random_arrays(n, rng, false, false);
+        const int64_t victim = 1000 + static_cast<int64_t>(rng() % (n + 1));
+        std::vector<int32_t> drop(n, 7);
+        scalar.count_older(a.pos.data(), n, victim, drop.data());
+        for (int32_t s = 0; s < n; ++s) EXPECT_EQ(drop[s], a.pos[s] > victim ? 8 : 7) << "slot " << s;
+    }
+}
+
 // The policies use the variant of the process's one ISA decision (H2OKV_ISA when set), as the kernels do.
 // Without H2OKV_ISA that is the fastest variant, the last.
 TEST(policy_score_pass, PolicyPassIsTheSelectedIsas) {
@@ -118,6 +131,17 @@ TEST(policy_score_pass, EveryVariantMatchesTheScalarReference) {
                                                          decay, lo, hi);
                 EXPECT_EQ(g, w) << "add_row_find_lowest";
                 EXPECT_TRUE(same_bits(want.score, got.score)) << "add_row_find_lowest";
+
+                // The victim: a held position, a free slot's -1, or below or above every position.
+                const int64_t victim = n > 0 && trial < 3
+                                           ? a.pos[rng() % n]
+                                           : std::vector<int64_t>{-1, 0, 999, 1 << 20}[trial % 4];
+                std::vector<int32_t> drop_want(n), drop_got(n);
+                for (int32_t s = 0; s < n; ++s)
+                    drop_want[s] = drop_got[s] = static_cast<int32_t>(rng() % 1000);
+                scalar.count_older(a.pos.data(), n, victim, drop_want.data());
+                v->count_older(a.pos.data(), n, victim, drop_got.data());
+                EXPECT_EQ(drop_got, drop_want) << "count_older";
                 ++compared;
             }
         }

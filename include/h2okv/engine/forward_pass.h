@@ -56,6 +56,7 @@ private:
     std::vector<int64_t> positions_;
     std::vector<uint8_t> output_;
     std::vector<float> logits_;
+    std::vector<size_t> first_row_;  // each part's first row in logits_
 };
 
 }  // namespace h2okv::engine

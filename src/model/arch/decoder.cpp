@@ -4,6 +4,8 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "h2okv/core/parallel.h"
+
 namespace h2okv::model {
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;  // far above any real model; guards products against overflow
@@ -289,6 +291,20 @@ int64_t decoder_model::work_bytes() const {
     return static_cast<int64_t>(floats * sizeof(float) + out_rows_.capacity() * sizeof(size_t));
 }
 
+// Below this many elements of a step's per-token work (a norm, rotation, activation or residual over every
+// token) a parallel region costs more than it saves.
+constexpr int64_t k_tokens_min_work = 8192;
+
+// fn(t) for t < n: the tokens split between the threads when `per_token` elements each pay for a fork. Each
+// token's arithmetic is the same either way, so the result does not depend on the thread count.
+template <typename F>
+void for_each_token(size_t n, size_t per_token, const F& fn) {
+    const auto nt = static_cast<int64_t>(n);
+    const bool fork = nt > 1 && core::should_fork(core::parallel_site::tokens,
+                                                  nt * static_cast<int64_t>(per_token), k_tokens_min_work);
+    core::parallel_for(fork, nt, [&](int64_t t) { fn(static_cast<size_t>(t)); });
+}
+
 // y[t][i] += b[i] for t < n_tok rows of width b.size(); nothing when b is empty.
 void add_bias(float* y, const std::vector<float>& b, size_t n_tok) {
     for (size_t t = 0; t < n_tok && !b.empty(); ++t) {
@@ -352,49 +368,55 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
         const kernels::rope_spec& rs = hp.rope(l);
         const float* cs_base =
             &rope_cs_[static_cast<size_t>(hp.layer_rope[static_cast<size_t>(l)]) * un * rd];
-        for (size_t t = 0; t < un; ++t) {
+        for_each_token(un, embd, [&](size_t t) {
             kernels::rmsnorm(&x_[t * embd], ly.attn_norm.data(), static_cast<int>(embd), hp.rms_eps,
                              &xn_[t * embd]);
-        }
+        });
         const kernels::matrix_view qkv[] = {ly.wq, ly.wk, ly.wv};
         float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
         kernels::matmul_shared_input(qkv, qkv_out, 3, xn_.data(), n);
-        add_bias(q_.data(), ly.bq, un);
-        add_bias(k_.data(), ly.bk, un);
-        add_bias(v_.data(), ly.bv, un);
-        head_norm(q_.data(), un * static_cast<size_t>(hp.n_head), ly.q_norm, hp.rms_eps);
-        head_norm(k_.data(), un * static_cast<size_t>(hp.n_kv_head), ly.k_norm, hp.rms_eps);
-        for (size_t t = 0; t < un; ++t) {
+        for_each_token(un, q_dim + 2 * kv_dim, [&](size_t t) {
+            float* q = &q_[t * q_dim];
+            float* k = &k_[t * kv_dim];
+            add_bias(q, ly.bq, 1);
+            add_bias(k, ly.bk, 1);
+            add_bias(&v_[t * kv_dim], ly.bv, 1);
+            head_norm(q, static_cast<size_t>(hp.n_head), ly.q_norm, hp.rms_eps);
+            head_norm(k, static_cast<size_t>(hp.n_kv_head), ly.k_norm, hp.rms_eps);
             const float* cs = cs_base + t * rd;
-            kernels::rope_apply(&q_[t * q_dim], hp.n_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
-            kernels::rope_apply(&k_[t * kv_dim], hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
+            kernels::rope_apply(q, hp.n_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
+            kernels::rope_apply(k, hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
             const float temp = hp.query_temperature(b.positions[t]);
             if (temp != 1.0f) {
-                for (size_t i = 0; i < q_dim; ++i) q_[t * q_dim + i] *= temp;
+                for (size_t i = 0; i < q_dim; ++i) q[i] *= temp;
             }
-        }
+        });
         H2OKV_RETURN_IF_ERROR(attn.attend(l, n, q_.data(), k_.data(), v_.data(), att_.data()));
         kernels::matmul(ly.wo, att_.data(), n, proj_.data());
-        post_norm(proj_.data(), un, ly.attn_post_norm, hp.rms_eps);
-        for (size_t i = 0; i < un * embd; ++i) x_[i] += proj_[i];
-
-        for (size_t t = 0; t < un; ++t) {
-            kernels::rmsnorm(&x_[t * embd], ly.ffn_norm.data(), static_cast<int>(embd), hp.rms_eps,
-                             &xn_[t * embd]);
-        }
+        for_each_token(un, 3 * embd, [&](size_t t) {
+            float* x = &x_[t * embd];
+            const float* p = &proj_[t * embd];
+            post_norm(&proj_[t * embd], 1, ly.attn_post_norm, hp.rms_eps);
+            for (size_t i = 0; i < embd; ++i) x[i] += p[i];
+            kernels::rmsnorm(x, ly.ffn_norm.data(), static_cast<int>(embd), hp.rms_eps, &xn_[t * embd]);
+        });
         const kernels::matrix_view gate_up[] = {ly.w_gate, ly.w_up};
         float* const gate_up_out[] = {gate_.data(), up_.data()};
         kernels::matmul_shared_input(gate_up, gate_up_out, 2, xn_.data(), n);
-        for (size_t t = 0; t < un; ++t) {
+        for_each_token(un, 4 * ff, [&](size_t t) {
             if (opt_.glu == glu_kind::gelu_tanh) {
                 kernels::gelu_tanh_glu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
             } else {
                 kernels::swiglu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
             }
-        }
+        });
         kernels::matmul(ly.w_down, gate_.data(), n, proj_.data());
-        post_norm(proj_.data(), un, ly.ffn_post_norm, hp.rms_eps);
-        for (size_t i = 0; i < un * embd; ++i) x_[i] += proj_[i];
+        for_each_token(un, 2 * embd, [&](size_t t) {
+            float* x = &x_[t * embd];
+            const float* p = &proj_[t * embd];
+            post_norm(&proj_[t * embd], 1, ly.ffn_post_norm, hp.rms_eps);
+            for (size_t i = 0; i < embd; ++i) x[i] += p[i];
+        });
     }
     out_rows_.clear();
     for (size_t t = 0; t < b.output.size(); ++t) {
