@@ -415,31 +415,34 @@ TEST(Attend, HeadResultDoesNotDependOnTheGroup) {
 }
 
 TEST(Attend, ScoreRowReceivesExactlyTheReturnedWeightsInHeadOrder) {
+    // Group sizes below, at and past the kernels' runs of four heads.
     for (const variant& v : all_variants()) {
         for (tensor_type type : kTypes) {
-            const int n_slots = 50, n = 31, hd = 32, n_q = 3;
-            const store s = make_store(type, hd, n_q, n_slots, n, 77);
-            std::vector<double> row(static_cast<size_t>(n_slots));
-            for (int i = 0; i < n_slots; ++i) row[i] = 0.125 * i + 1e-3;  // prior scores: += must keep them
-            const std::vector<double> before = row;
-            std::vector<float> out(n_q * hd), w(n_q * n), out_null(n_q * hd), w_null(n_q * n);
-            v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out.data(), w.data(),
-                 n, row.data());
-            v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out_null.data(),
-                 w_null.data(), n, nullptr);
-            // The bookkeeping must not change the attention itself.
-            EXPECT_EQ(std::memcmp(out.data(), out_null.data(), out.size() * 4), 0) << v.name;
-            EXPECT_EQ(std::memcmp(w.data(), w_null.data(), w.size() * 4), 0) << v.name;
-            std::vector<bool> attended(static_cast<size_t>(n_slots), false);
-            for (int j = 0; j < n; ++j) {
-                attended[s.slots[j]] = true;
-                double expect = before[s.slots[j]];
-                for (int h = 0; h < n_q; ++h) expect += static_cast<double>(w[h * n + j]);
-                EXPECT_EQ(row[s.slots[j]], expect) << v.name << " slot " << j;
-            }
-            for (int i = 0; i < n_slots; ++i) {
-                if (!attended[i]) {
-                    EXPECT_EQ(row[i], before[i]) << v.name << " slot " << i << " was not attended";
+            for (int n_q : {1, 2, 3, 4, 5, 8}) {
+                const int n_slots = 50, n = 31, hd = 32;
+                const store s = make_store(type, hd, n_q, n_slots, n, 77);
+                std::vector<double> row(static_cast<size_t>(n_slots));
+                for (int i = 0; i < n_slots; ++i) row[i] = 0.125 * i + 1e-3;  // prior scores: += keeps them
+                const std::vector<double> before = row;
+                std::vector<float> out(n_q * hd), w(n_q * n), out_null(n_q * hd), w_null(n_q * n);
+                v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out.data(),
+                     w.data(), n, row.data());
+                v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out_null.data(),
+                     w_null.data(), n, nullptr);
+                // The bookkeeping must not change the attention itself.
+                EXPECT_EQ(std::memcmp(out.data(), out_null.data(), out.size() * 4), 0) << v.name;
+                EXPECT_EQ(std::memcmp(w.data(), w_null.data(), w.size() * 4), 0) << v.name;
+                std::vector<bool> attended(static_cast<size_t>(n_slots), false);
+                for (int j = 0; j < n; ++j) {
+                    attended[s.slots[j]] = true;
+                    double expect = before[s.slots[j]];
+                    for (int h = 0; h < n_q; ++h) expect += static_cast<double>(w[h * n + j]);
+                    EXPECT_EQ(row[s.slots[j]], expect) << v.name << " n_q " << n_q << " slot " << j;
+                }
+                for (int i = 0; i < n_slots; ++i) {
+                    if (!attended[i]) {
+                        EXPECT_EQ(row[i], before[i]) << v.name << " slot " << i << " was not attended";
+                    }
                 }
             }
         }

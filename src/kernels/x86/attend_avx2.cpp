@@ -294,12 +294,36 @@ H2OKV_AVX2 void with_rows(core::tensor_type t, F&& f) {
 
 }  // namespace
 
+namespace {
+
+// score_row[slots[j]] += weights[0][j], then weights[1][j], ... for NQ heads: one load and one store of the
+// row per slot, the sum in a register between them (the same additions in the same order as head by head).
+template <int NQ>
+void add_heads_scores(const float* weights, size_t weights_stride, const int32_t* slots, int n,
+                      double* score_row) {
+    for (int j = 0; j < n; ++j) {
+        double s = score_row[slots[j]];
+#pragma GCC unroll 4
+        for (int h = 0; h < NQ; ++h)
+            s += static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+        score_row[slots[j]] = s;
+    }
+}
+
+}  // namespace
+
 void add_scores(const float* weights, size_t weights_stride, int n_q, const int32_t* slots, int n,
                 double* score_row) {
     if (score_row == nullptr) return;
-    for (int j = 0; j < n; ++j) {
-        for (int h = 0; h < n_q; ++h)
-            score_row[slots[j]] += static_cast<double>(weights[static_cast<size_t>(h) * weights_stride + j]);
+    // Heads in runs of up to four: each slot still takes its heads in order.
+    for (int h = 0; h < n_q; h += 4) {
+        const float* w = weights + static_cast<size_t>(h) * weights_stride;
+        switch (std::min(4, n_q - h)) {
+            case 1: add_heads_scores<1>(w, weights_stride, slots, n, score_row); break;
+            case 2: add_heads_scores<2>(w, weights_stride, slots, n, score_row); break;
+            case 3: add_heads_scores<3>(w, weights_stride, slots, n, score_row); break;
+            default: add_heads_scores<4>(w, weights_stride, slots, n, score_row); break;
+        }
     }
 }
 
