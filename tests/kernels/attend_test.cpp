@@ -422,7 +422,9 @@ TEST(Attend, ScoreRowReceivesExactlyTheReturnedWeightsInHeadOrder) {
                 const int n_slots = 50, n = 31, hd = 32;
                 const store s = make_store(type, hd, n_q, n_slots, n, 77);
                 std::vector<double> row(static_cast<size_t>(n_slots));
-                for (int i = 0; i < n_slots; ++i) row[i] = 0.125 * i + 1e-3;  // prior scores: += keeps them
+                // Prior scores above 2^25, whose last bit lies above a weight's lowest bits, so each +=
+                // rounds and the order the heads are added in shows in the bits.
+                for (int i = 0; i < n_slots; ++i) row[i] = 3.4e7 + i / 3.0;
                 const std::vector<double> before = row;
                 std::vector<float> out(n_q * hd), w(n_q * n), out_null(n_q * hd), w_null(n_q * n);
                 v.fn(s.q.data(), n_q, s.k_rows(), s.v_rows(), hd, s.slots.data(), n, 0.25f, out.data(),
