@@ -10,6 +10,7 @@ RESULTS.jsonl: what `h2okv perplexity --jsonl` / `h2okv tasks --jsonl` append; T
 """
 import argparse
 import json
+import re
 import os
 
 import matplotlib
@@ -18,8 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 # The display order of policy labels; labels not listed (a policy added to the registry later) follow, sorted.
-POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova", "scissorhands", "keyformer", "snapkv",
-                "l2norm", "keydiff"]
+POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova", "tova (layer)", "scissorhands", "keyformer",
+                "snapkv", "l2norm", "keydiff"]
 
 
 def policy_order(labels):
@@ -34,11 +35,13 @@ def load(path):
 
 
 def label(row):
-    """A short policy label: h2o with decay < 1 gets its own curve."""
+    """A short policy label: h2o with decay < 1 gets its own curve, and so does a granularity other than the
+    default per KV head (TOVA's paper averages a layer's heads: tova (layer))."""
     name = row["policy_name"]
     if name == "h2o" and "decay=" in row["policy"] and "decay=1," not in row["policy"] + ",":
-        return "h2o+decay"
-    return name
+        name = "h2o+decay"
+    gran = re.search(r"granularity=(\w+)", row["policy"])
+    return f"{name} ({gran.group(1)})" if gran else name
 
 
 def line_style(i):

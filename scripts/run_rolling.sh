@@ -18,7 +18,9 @@ stories=models/stories260K.gguf
 eval5m=$shared/models/h2o-eval-5M/h2o-eval-llama-5M.gguf
 tiny_text=$shared/data/tinystories/tinystories_val_head.txt
 held_out=$shared/data/moby-dick/moby_dick.txt
-policies=(window streaming:sinks=4 h2o h2o:decay=0.98 tova)
+# tova twice: per KV head (h2okv's default granularity) and as its paper scores, a layer's heads averaged so
+# they keep one set (granularity layer; kvpress's TOVAPress, reviewed by a TOVA author, does the same).
+policies=(window streaming:sinks=4 h2o h2o:decay=0.98 tova tova:granularity=layer)
 
 curves() {  # MODEL TEXT N WINDOW NAME full|no-full BUDGETS...
     local m=$1 f=$2 n=$3 w=$4 name=$5 full=$6

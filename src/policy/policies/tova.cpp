@@ -1,5 +1,7 @@
 // tova (Token Omission Via Attention): evicts the evictable token the latest query attended least. It is h2o
 // with the decay forced to 0, so a score is the last row's increment; a null row keeps the previous scores.
+// Paper: Oren et al., "Transformers are Multi-State RNNs" (2024); it averages the weights over a layer's
+// heads, which keep one set: granularity layer (the default here, head, gives each KV head its own set).
 #include "policy/builtin_scorers.h"
 #include "policy/registry.h"
 
