@@ -63,7 +63,38 @@ result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> t
     r.evictions = s->cache().policy().total_evictions();
     r.kv_bytes = s->cache().bytes();
     r.config = s->cache().policy().config();
+    r.run_nll = {r.mean_nll};
     return r;
+}
+
+result<perplexity_result> perplexity(model::model& m, std::span<const std::vector<int32_t>> runs,
+                                     const engine::session_params& sp, int chunk,
+                                     const progress_fn& progress) {
+    if (runs.empty()) return invalid_argument("perplexity over runs needs at least one run");
+    int64_t total = 0;
+    for (const auto& run : runs) total += static_cast<int64_t>(run.size());
+    perplexity_result pooled;
+    double nll = 0.0;
+    for (const auto& run : runs) {
+        const int64_t done = pooled.n_tokens;
+        H2OKV_ASSIGN_OR_RETURN(perplexity_result one,
+                               perplexity(m, run, sp, chunk, [&progress, done, total](int64_t d, int64_t) {
+                                   if (progress) progress(done + d, total);
+                               }));
+        if (pooled.run_nll.empty()) {
+            pooled.kv_bytes = one.kv_bytes;
+            pooled.config = one.config;
+        }
+        pooled.n_tokens += one.n_tokens;
+        pooled.n_predicted += one.n_predicted;
+        pooled.seconds += one.seconds;
+        pooled.evictions += one.evictions;
+        pooled.run_nll.push_back(one.mean_nll);
+        nll += one.mean_nll * static_cast<double>(one.n_predicted);
+    }
+    pooled.mean_nll = nll / static_cast<double>(pooled.n_predicted);
+    pooled.perplexity = std::exp(pooled.mean_nll);
+    return pooled;
 }
 
 }  // namespace h2okv::eval

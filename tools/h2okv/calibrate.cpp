@@ -1,20 +1,23 @@
 // h2okv calibrate: measures a model's attention on a calibration text and writes the KV configuration
-// (per-layer recent shares and decay, per-head budget shares) that --kv-config loads.
+// (a policy; for h2o per-layer recent shares, decay, sinks and per-head budget shares) that --kv-config
+// loads.
 //
 // The text is cut into --segments consecutive runs of --max-tokens (BOS + text tokens each), the run length
 // the configuration is for.
 // 1. Statistics (a full-cache pass per segment): per global layer, the attention mass by distance (t - p) of
-// every
-//    query past the budget; per (layer, KV head), the positions a row needs to cover 90 % of its mass
+//    every query past the budget; per (layer, KV head), the positions a row needs to cover 90 % of its mass
 //    (how concentrated the head's attention is).
-// 2. Candidates: per-layer recent shares from the mass by distance (layer l protects the distance that
-//    holds a fraction q of its attention mass, as a share of the budget) next to uniform shares; decays;
-//    per-head budget shares (Ada-KV: a layer's total split in proportion to the heads' 90 % counts, each
-//    head at least --head-floor of the layer's mean), which become fixed per-head capacities.
-// 3. Selection: a coordinate search (decay; then recent shares at that decay; decay again; then the
-//    per-head shares), each candidate scored by its streaming perplexity over the segments under h2o at the
-//    budget; the lowest is written. Held-out evaluation is the user's (scripts/run_calibrate.sh): the text a
-//    configuration was chosen on says nothing about its quality elsewhere.
+// 2. Candidates: the baselines (window, streaming, h2o's defaults, h2o with decay 0.98); per-layer recent
+//    shares from the mass by distance (layer l protects the distance that holds a fraction q of its
+//    attention mass, as a share of the budget) next to uniform shares; decays; 4 sinks; per-head budget
+//    shares (Ada-KV: a layer's total split in proportion to the heads' 90 % counts, each head at least
+//    --head-floor of the layer's mean), which become fixed per-head capacities.
+// 3. Selection: a coordinate search (decay; then recent shares at that decay; sinks; decay again; then the
+//    per-head shares), each candidate scored by its streaming perplexity over the segments under its policy
+//    at the budget; the one-standard-error rule picks the simplest candidate within the segments' noise of
+//    the lowest (docs/EVICTION_CONTRACT.md clause 11). Held-out evaluation is the user's
+//    (scripts/run_calibrate.sh): the text a configuration was chosen on says nothing about its quality
+//    elsewhere.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -24,6 +27,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -138,9 +142,52 @@ std::vector<double> head_shares(const attention_stats& st, double floor) {
 
 struct candidate {
     std::string label;
+    std::string policy = "h2o";
+    std::optional<int64_t> sinks;  // the policy's default when empty
     std::vector<double> recents, decays, shares;
+    std::vector<double> segment_nll;  // mean NLL of each segment's predictions
     double perplexity = std::numeric_limits<double>::infinity();
+    bool baseline = false;  // one of the defaults a calibration is compared with
+
+    bool same(const candidate& o) const {
+        return policy == o.policy && sinks == o.sinks && recents == o.recents && decays == o.decays &&
+               shares == o.shares;
+    }
 };
+
+// How far a candidate departs from the simplest policies: window 0, streaming 1, h2o's defaults 2, and one
+// more for each of a decay, recent shares other than h2o's half, sinks and per-head shares.
+int complexity(const candidate& c) {
+    if (c.policy != "h2o") return c.policy == "window" ? 0 : 1;
+    const bool default_recents =
+        std::all_of(c.recents.begin(), c.recents.end(), [](double f) { return f == 0.5; });
+    return 2 + !c.decays.empty() + !default_recents + c.sinks.has_value() + !c.shares.empty();
+}
+
+// The one-standard-error rule: the simplest candidate whose mean NLL exceeds the lowest one's by at most
+// the standard error of their per-segment differences (segments of one length, so the mean over segments is
+// the pooled mean). A difference within the segments' noise does not buy a more complex configuration; with
+// one segment there is no error estimate and the lowest is chosen.
+candidate choose(const std::vector<candidate>& tried, const candidate& lowest) {
+    const size_t k = lowest.segment_nll.size();
+    const candidate* best = &lowest;
+    for (const candidate& c : tried) {
+        double mean = 0.0, sq = 0.0;
+        for (size_t i = 0; i < k; ++i) mean += c.segment_nll[i] - lowest.segment_nll[i];
+        mean /= static_cast<double>(k);
+        for (size_t i = 0; i < k; ++i) {
+            const double d = c.segment_nll[i] - lowest.segment_nll[i] - mean;
+            sq += d * d;
+        }
+        const double se = k > 1 ? std::sqrt(sq / static_cast<double>(k - 1) / static_cast<double>(k)) : 0.0;
+        if (mean > se) continue;
+        if (complexity(c) < complexity(*best) ||
+            (complexity(c) == complexity(*best) && c.perplexity < best->perplexity)) {
+            best = &c;
+        }
+    }
+    return *best;
+}
 
 int run_calibrate(const calibrate_options& o) {
     o.model.apply_threads();
@@ -148,25 +195,15 @@ int run_calibrate(const calibrate_options& o) {
     if (!lm.ok()) return fail(lm.error());
     auto text = read_text_tokens(*lm->file, o.text_path);
     if (!text.ok()) return fail(text.error());
-    const std::vector<int32_t>& ids = text->ids;
     const model::hparams& hp = lm->model->params();
     const int64_t limit = o.max_tokens > 0 ? o.max_tokens : hp.n_ctx_train;
     if (limit < 16) return fail(invalid_argument("--max-tokens {} must be >= 16 (BOS + 15)", limit));
     // Segments: consecutive stretches of the text, each BOS + limit - 1 tokens (the runs the configuration
     // is for); choosing on several makes the choice less the accident of one passage.
-    const auto per = static_cast<size_t>(limit - 1);
-    if (ids.size() < per * static_cast<size_t>(o.segments)) {
-        return fail(invalid_argument(
-            "-f '{}' has {} tokens; {} segments of {} need {} (lower --segments or --max-tokens)",
-            o.text_path, ids.size(), o.segments, limit, per * static_cast<size_t>(o.segments)));
-    }
-    std::vector<std::vector<int32_t>> segments;
-    for (int k = 0; k < o.segments; ++k) {
-        std::vector<int32_t> seg{text->bos};
-        seg.insert(seg.end(), ids.begin() + static_cast<ptrdiff_t>(k * per),
-                   ids.begin() + static_cast<ptrdiff_t>((k + 1) * per));
-        segments.push_back(std::move(seg));
-    }
+    auto cut = text->runs(limit, o.segments, o.text_path);
+    if (!cut.ok())
+        return fail(invalid_argument("{} (lower --segments or --max-tokens)", cut.error().message()));
+    const std::vector<std::vector<int32_t>>& segments = *cut;
     if (!(o.head_floor > 0.0 && o.head_floor <= 1.0)) {
         return fail(invalid_argument("--head-floor {} must be in (0, 1] (a share of the layer's mean budget)",
                                      o.head_floor));
@@ -186,8 +223,8 @@ int run_calibrate(const calibrate_options& o) {
     auto type = kv::parse_kv_type(o.kv_type);
     if (!type.ok()) return fail(type.error().with_context("--kv-type"));
 
-    fmt::print(stderr, "calibrate: {} segments of {} tokens of '{}', budget {} ({} tokens)\n", o.segments, n,
-               o.text_path, o.budget, b);
+    fmt::print(stderr, "calibrate: {} segments of {} tokens of '{}', budget {} ({} tokens)\n",
+               segments.size(), n, o.text_path, o.budget, b);
     auto st = measure(*lm->model, segments, b, 64);
     if (!st.ok()) return fail(st.error());
     const int n_layer = st->n_layer;
@@ -197,13 +234,14 @@ int run_calibrate(const calibrate_options& o) {
     const double max_share = 1.0 - 0.5 / static_cast<double>(b);
     std::vector<candidate> recents;
     for (double f : {0.5, 0.75, 0.875, max_share}) {
-        recents.push_back({fmt::format("uniform recent share {:.3f}", f),
-                           std::vector<double>(static_cast<size_t>(n_layer), f),
-                           {},
-                           {}});
+        candidate c;
+        c.label = fmt::format("uniform recent share {:.3f}", f);
+        c.recents.assign(static_cast<size_t>(n_layer), f);
+        recents.push_back(c);
     }
     for (double q : {0.6, 0.75, 0.85, 0.95}) {
-        candidate c{fmt::format("per-layer recent holding {:.2f} of the mass", q), {}, {}, {}};
+        candidate c;
+        c.label = fmt::format("per-layer recent holding {:.2f} of the mass", q);
         for (int l = 0; l < n_layer; ++l) {
             const int64_t d = distance_holding(st->mass_at[static_cast<size_t>(l)], q);
             c.recents.push_back(std::min(max_share, static_cast<double>(d) / static_cast<double>(b)));
@@ -214,8 +252,9 @@ int run_calibrate(const calibrate_options& o) {
 
     const auto evaluate = [&](candidate& c) -> status {
         engine::session_params sp;
-        sp.kv.name = "h2o";
+        sp.kv.name = c.policy;
         sp.kv.budget = *bspec;
+        sp.kv.sinks = c.sinks;
         sp.kv.recents = c.recents;
         sp.kv.decays = c.decays;
         sp.kv.shares = c.shares;
@@ -223,31 +262,31 @@ int run_calibrate(const calibrate_options& o) {
         sp.prefill_chunk = o.chunk;
         sp.n_ctx = n;
         // exp of the mean NLL over every segment's predictions.
-        double nll = 0.0;
-        int64_t predicted = 0;
-        for (const auto& seg : segments) {
-            H2OKV_ASSIGN_OR_RETURN(const eval::perplexity_result r,
-                                   eval::perplexity(*lm->model, seg, sp, o.chunk, nullptr));
-            nll += r.mean_nll * static_cast<double>(r.n_predicted);
-            predicted += r.n_predicted;
-        }
-        c.perplexity = std::exp(nll / static_cast<double>(predicted));
+        H2OKV_ASSIGN_OR_RETURN(const eval::perplexity_result r,
+                               eval::perplexity(*lm->model, segments, sp, o.chunk, nullptr));
+        c.segment_nll = r.run_nll;
+        c.perplexity = r.perplexity;
         fmt::print(stderr, "calibrate: {:<52} decay {:<5} shares {:<3} perplexity {:.4f}\n", c.label,
                    c.decays.empty() ? 1.0 : c.decays[0], c.shares.empty() ? "no" : "yes", c.perplexity);
         return ok_status();
     };
-    // A coordinate search: the decays at h2o's half-budget window, the recent candidates at the best decay,
-    // the decays again at the best recent shares, then the best with the per-head shares. (h2o's defaults and
-    // h2o with decay 0.98 are among the first runs.)
+    // The baselines (window, streaming, h2o's defaults, h2o with decay 0.98), then a coordinate search over
+    // h2o: the decays at h2o's half-budget window, the recent candidates at the best decay, sinks at the best
+    // recent shares, the decays again, then the best with the per-head shares. A candidate the policy refuses
+    // at this budget (sinks and recent window leaving no slot to evict) is reported and left out.
     std::vector<candidate> tried;
-    candidate best;
+    candidate lowest;  // the lowest calibration perplexity so far
     const auto consider = [&](candidate c) -> status {
         for (const candidate& t : tried) {
-            if (t.recents == c.recents && t.decays == c.decays && t.shares == c.shares) return ok_status();
+            if (t.same(c)) return ok_status();
         }
-        H2OKV_RETURN_IF_ERROR(evaluate(c));
+        if (status s = evaluate(c); !s.ok()) {
+            if (s.code() != status_code::invalid_argument || c.baseline) return s;
+            fmt::print(stderr, "calibrate: {:<52} left out: {}\n", c.label, s.message());
+            return ok_status();
+        }
         tried.push_back(c);
-        if (c.perplexity < best.perplexity) best = c;
+        if (c.perplexity < lowest.perplexity) lowest = c;
         return ok_status();
     };
     const auto with_decay = [&](candidate c, double d) {
@@ -255,22 +294,60 @@ int run_calibrate(const calibrate_options& o) {
         if (d != 1.0) c.decays.assign(static_cast<size_t>(n_layer), d);
         return c;
     };
-    constexpr double k_decays[] = {1.0, 0.99, 0.98, 0.95, 0.9};
-    for (double d : k_decays) {
-        if (status s = consider(with_decay(recents.front(), d)); !s.ok()) return fail(s);
+    for (const char* name : {"window", "streaming"}) {
+        candidate c;
+        c.label = fmt::format("{} (its defaults)", name);
+        c.policy = name;
+        c.baseline = true;
+        if (status s = consider(c); !s.ok()) return fail(s);
     }
-    const std::vector<double> best_decays = best.decays;
+    candidate defaults = recents.front();
+    defaults.baseline = true;
+    constexpr double k_decays[] = {1.0, 0.98, 0.99, 0.95, 0.9};
+    for (double d : k_decays) {
+        candidate c = with_decay(defaults, d);
+        c.baseline = d == 1.0 || d == 0.98;
+        if (status s = consider(c); !s.ok()) return fail(s);
+    }
+    // The lowest-perplexity h2o candidate so far whose configuration equals one of `among`'s.
+    const auto measured = [&](const candidate& c) -> const candidate* {
+        for (const candidate& t : tried) {
+            if (t.same(c)) return &t;
+        }
+        return nullptr;
+    };
+    const auto keep_better = [&](candidate& current, const candidate& c) {
+        if (const candidate* t = measured(c); t != nullptr && t->perplexity < current.perplexity)
+            current = *t;
+    };
+    candidate best_recent;
+    for (double d : k_decays) keep_better(best_recent, with_decay(defaults, d));
+    const std::vector<double> best_decays = best_recent.decays;
     for (candidate r : recents) {
         r.decays = best_decays;
         if (status s = consider(r); !s.ok()) return fail(s);
+        keep_better(best_recent, r);
     }
-    const candidate best_recent = best;
+    candidate sunk = best_recent;
+    sunk.sinks = 4;
+    for (double& f : sunk.recents) f = std::min(f, 1.0 - 4.5 / static_cast<double>(b));
+    sunk.baseline = false;
+    sunk.label += ", 4 sinks";
+    if (status s = consider(sunk); !s.ok()) return fail(s);
+    keep_better(best_recent, sunk);
     for (double d : k_decays) {
-        if (status s = consider(with_decay(best_recent, d)); !s.ok()) return fail(s);
+        candidate c = with_decay(best_recent, d);
+        c.baseline = false;
+        if (status s = consider(c); !s.ok()) return fail(s);
+        keep_better(best_recent, c);
     }
-    candidate with_shares = best;
+    candidate with_shares = best_recent;
+    with_shares.baseline = false;
     with_shares.shares = ada;
     if (status s = consider(with_shares); !s.ok()) return fail(s);
+    const candidate best = choose(tried, lowest);
+    fmt::print(stderr, "calibrate: chosen: {} (perplexity {:.4f}; the lowest, {}, {:.4f})\n", best.label,
+               best.perplexity, lowest.label, lowest.perplexity);
 
     nlohmann::json stats = nlohmann::json::array();
     for (int l = 0; l < n_layer; ++l) {
@@ -292,27 +369,35 @@ int run_calibrate(const calibrate_options& o) {
     }
     nlohmann::json candidates = nlohmann::json::array();
     for (const candidate& c : tried) {
-        candidates.push_back({{"label", c.label},
-                              {"recents", c.recents},
-                              {"decay", c.decays.empty() ? 1.0 : c.decays[0]},
-                              {"shares", !c.shares.empty()},
-                              {"perplexity", c.perplexity}});
+        nlohmann::json j = {{"label", c.label},
+                            {"policy", c.policy},
+                            {"recents", c.recents},
+                            {"decay", c.decays.empty() ? 1.0 : c.decays[0]},
+                            {"shares", c.shares},
+                            {"baseline", c.baseline},
+                            {"complexity", complexity(c)},
+                            {"segment_nll", c.segment_nll},
+                            {"perplexity", c.perplexity},
+                            {"chosen", c.same(best)}};
+        if (c.sinks) j["sinks"] = *c.sinks;
+        candidates.push_back(std::move(j));
     }
     nlohmann::json out = {{"format", "h2okv-kv-config"},
                           {"version", 1},
-                          {"policy", "h2o"},
+                          {"policy", best.policy},
                           {"budget", bspec->to_string()},
                           {"granularity", "head"},
                           {"n_layer", n_layer},
                           {"n_kv_head", st->n_kv_head},
-                          {"recents", best.recents},
                           {"model", o.model.model_path},
                           {"model_sha256", lm->file->sha256()},
                           {"text", o.text_path},
                           {"tokens", n},
-                          {"segments", o.segments},
+                          {"segments", segments.size()},
                           {"statistics", stats},
                           {"candidates", candidates}};
+    if (best.sinks) out["sinks"] = *best.sinks;
+    if (!best.recents.empty()) out["recents"] = best.recents;
     if (!best.decays.empty()) out["decays"] = best.decays;
     if (!best.shares.empty()) out["shares"] = best.shares;
     std::ofstream f(o.output_path);
@@ -332,8 +417,11 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
     CLI::App* cmd = app.add_subcommand(
         "calibrate",
         "Measure attention on a calibration text (mass by distance per layer, concentration per head) and "
-        "write the h2o configuration with the lowest perplexity on it: per-layer recent shares and decay, "
-        "per-head budget shares (load it with --kv-config; evaluate it on a different text)");
+        "write the KV configuration chosen on it: among the baselines (window, streaming, h2o, h2o with "
+        "decay "
+        "0.98) and h2o with per-layer recent shares, decay, sinks and per-head budget shares, the simplest "
+        "within one standard error of the lowest perplexity over its runs (load it with --kv-config; "
+        "evaluate it on a different text)");
     o->model.add_to(*cmd);
     cmd->add_option("-f,--file", o->text_path, "Calibration text")->required();
     cmd->add_option("--kv-budget", o->budget,
@@ -346,8 +434,8 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
         ->check(CLI::NonNegativeNumber);
     cmd->add_option("--segments", o->segments,
                     "Consecutive stretches of the text, of --max-tokens each, that statistics and candidates "
-                    "are measured on (perplexity over all of them)")
-        ->check(CLI::PositiveNumber)
+                    "are measured on (perplexity over all of them); 0: every whole run the text holds")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--kv-prefill-chunk", o->chunk,
                     "Text tokens per chunk of the candidates' perplexity runs (default 1, as perplexity)")

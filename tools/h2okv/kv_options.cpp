@@ -118,6 +118,7 @@ result<kv_config> read_kv_config(const std::string& path) {
         auto g = policy::parse_granularity(j.value("granularity", std::string("head")));
         if (!g.ok()) return fail(g.error().message());
         c.gran = *g;
+        if (j.contains("sinks")) c.sinks = j["sinks"].get<int64_t>();
         for (const char* key : {"shares", "recents", "decays"}) {
             if (!j.contains(key)) continue;
             auto& v = std::string_view(key) == "shares"    ? c.shares
@@ -130,9 +131,9 @@ result<kv_config> read_kv_config(const std::string& path) {
     }
     for (const auto& item : j.items()) {
         static const std::set<std::string> known = {
-            "format",    "version", "policy",   "budget",     "granularity", "n_layer",
-            "n_kv_head", "shares",  "recents",  "decays",     "model",       "model_sha256",
-            "text",      "tokens",  "segments", "statistics", "candidates"};
+            "format",       "version", "policy", "budget",   "granularity", "n_layer",
+            "n_kv_head",    "sinks",   "shares", "recents",  "decays",      "model",
+            "model_sha256", "text",    "tokens", "segments", "statistics",  "candidates"};
         if (known.count(item.key()) == 0) {
             return fail(
                 fmt::format("unknown field '{}' (a field this version does not read could change the "
@@ -224,6 +225,7 @@ result<policy::params> kv_options::to_params() const {
             return invalid_argument(
                 "--kv-schedule and --kv-config's shares both set the units' budgets; give one");
         }
+        if (!p.sinks) p.sinks = config->sinks;
         p.shares = config->shares;
         p.recents = config->recents;
         p.decays = config->decays;
@@ -412,6 +414,26 @@ result<text_tokens> read_text_tokens(const gguf::file& file, const std::string& 
     if (!text.ok()) return text.error().with_context("-f");
     H2OKV_ASSIGN_OR_RETURN(auto ids, tok.encode(*text, /*add_special=*/false, /*parse_special=*/false));
     return text_tokens{tok.bos(), std::move(ids)};
+}
+
+result<std::vector<std::vector<int32_t>>> text_tokens::runs(int64_t run_length, int count,
+                                                            const std::string& path) const {
+    if (run_length < 2) return invalid_argument("a run of {} tokens has nothing to predict", run_length);
+    const auto per = static_cast<size_t>(run_length - 1);
+    if (count == 0) count = static_cast<int>(std::min<size_t>(ids.size() / per, 1 << 30));
+    const size_t need = per * static_cast<size_t>(std::max(count, 1));
+    if (count < 1 || ids.size() < need) {
+        return invalid_argument("-f '{}' has {} tokens; {} runs of {} (BOS + {} each) need {}", path,
+                                ids.size(), count, run_length, per, need);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (size_t k = 0; k < static_cast<size_t>(count); ++k) {
+        std::vector<int32_t> run{bos};
+        run.insert(run.end(), ids.begin() + static_cast<ptrdiff_t>(k * per),
+                   ids.begin() + static_cast<ptrdiff_t>((k + 1) * per));
+        out.push_back(std::move(run));
+    }
+    return out;
 }
 
 status no_model_error() {

@@ -63,7 +63,8 @@ struct kv_config {
     std::string policy;  // the policy spec it was calibrated for ("h2o"), may be empty
     std::string budget;  // the budget it was calibrated at ("0.2"), may be empty
     policy::granularity gran = policy::granularity::head;
-    int n_layer = 0;  // of the policy's (global) layers
+    std::optional<int64_t> sinks;  // every unit's, when the configuration sets them
+    int n_layer = 0;               // of the policy's (global) layers
     int n_kv_head = 0;
     std::vector<double> shares, recents, decays;
 };
@@ -150,6 +151,12 @@ status no_model_error();
 struct text_tokens {
     int32_t bos = 0;
     std::vector<int32_t> ids;
+
+    // `count` runs of `run_length` tokens each: BOS + consecutive stretches of the text (run k: BOS + ids
+    // [k (run_length - 1), (k + 1) (run_length - 1))); count 0: every whole run the text holds. An error
+    // names `path` and how many tokens it lacks.
+    result<std::vector<std::vector<int32_t>>> runs(int64_t run_length, int count,
+                                                   const std::string& path) const;
 };
 result<text_tokens> read_text_tokens(const gguf::file& file, const std::string& text_path);
 

@@ -26,6 +26,7 @@ struct perplexity_options {
     sweep_options sweep{policy::default_sweep(), {"0.05", "0.1", "0.2", "0.4", "0.6", "1.0"}};
     std::string jsonl_path;
     int nll_window = 0;
+    int segments = 1;
 };
 
 int run_perplexity(const perplexity_options& o) {
@@ -34,18 +35,35 @@ int run_perplexity(const perplexity_options& o) {
     if (!lm.ok()) return fail(lm.error());
     auto text = read_text_tokens(*lm->file, o.text_path);
     if (!text.ok()) return fail(text.error());
-    const std::vector<int32_t>& ids = text->ids;
-    std::vector<int32_t> tokens{text->bos};
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-    if (o.max_tokens > 0) {
-        if (o.max_tokens < 2)
-            return fail(invalid_argument("--max-tokens {} must be >= 2 (BOS + one)", o.max_tokens));
-        if (static_cast<int64_t>(tokens.size()) < o.max_tokens) {
-            return fail(invalid_argument("--max-tokens {} but '{}' has only {} tokens (BOS included)",
-                                         o.max_tokens, o.text_path, tokens.size()));
+    // The runs evaluated: the first --max-tokens of the text, or --segments consecutive runs of it.
+    std::vector<std::vector<int32_t>> segments;
+    if (o.segments != 1) {
+        if (o.max_tokens < 2) {
+            return fail(invalid_argument("--segments {} needs --max-tokens (each run's length, BOS included)",
+                                         o.segments));
         }
-        tokens.resize(static_cast<size_t>(o.max_tokens));
+        if (o.nll_window > 0) {
+            return fail(invalid_argument(
+                "--nll-window is perplexity against position in one run; give it without --segments"));
+        }
+        auto cut = text->runs(o.max_tokens, o.segments, o.text_path);
+        if (!cut.ok()) return fail(cut.error());
+        segments = std::move(*cut);
+    } else {
+        std::vector<int32_t> tokens{text->bos};
+        tokens.insert(tokens.end(), text->ids.begin(), text->ids.end());
+        if (o.max_tokens > 0) {
+            if (o.max_tokens < 2)
+                return fail(invalid_argument("--max-tokens {} must be >= 2 (BOS + one)", o.max_tokens));
+            if (static_cast<int64_t>(tokens.size()) < o.max_tokens) {
+                return fail(invalid_argument("--max-tokens {} but '{}' has only {} tokens (BOS included)",
+                                             o.max_tokens, o.text_path, tokens.size()));
+            }
+            tokens.resize(static_cast<size_t>(o.max_tokens));
+        }
+        segments.push_back(std::move(tokens));
     }
+    const auto run_length = static_cast<int64_t>(segments.front().size());
 
     auto runs = o.sweep.runs(o.kv, o.model.n_ctx);
     if (!runs.ok()) return fail(runs.error());
@@ -55,12 +73,14 @@ int run_perplexity(const perplexity_options& o) {
     fmt::print("{:<44} {:>8} {:>10} {:>12} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
                "evictions", "seconds");
     for (const auto& sp : *runs) {
-        if (auto st = warn_positions(*lm->model, sp, static_cast<int64_t>(tokens.size())); !st.ok())
-            return fail(st);
+        if (auto st = warn_positions(*lm->model, sp, run_length); !st.ok()) return fail(st);
         progress_line progress(sp.kv.to_string(), "tokens");
-        auto r = eval::perplexity(
-            *lm->model, tokens, sp, o.kv.prefill_chunk, [&progress](int64_t d, int64_t t) { progress(d, t); },
-            o.nll_window);
+        auto r = segments.size() > 1
+                     ? eval::perplexity(*lm->model, segments, sp, o.kv.prefill_chunk,
+                                        [&progress](int64_t d, int64_t t) { progress(d, t); })
+                     : eval::perplexity(
+                           *lm->model, segments.front(), sp, o.kv.prefill_chunk,
+                           [&progress](int64_t d, int64_t t) { progress(d, t); }, o.nll_window);
         if (!r.ok()) return fail(r.error());
         const std::string resolved = r->config.to_string();
         const int64_t budget = r->config.budget;
@@ -90,6 +110,10 @@ int run_perplexity(const perplexity_options& o) {
                                 {"kv_bytes", r->kv_bytes},
                                 {"seconds", r->seconds}};
             if (!o.kv.config_path.empty()) j["kv_config"] = o.kv.config_path;
+            if (segments.size() > 1) {
+                j["segments"] = segments.size();
+                j["run_nll"] = r->run_nll;
+            }
             if (o.nll_window > 0) {
                 j["nll_window"] = o.nll_window;
                 j["window_nll"] = r->window_nll;
@@ -113,6 +137,13 @@ void add_perplexity_command(CLI::App& app, int* exit_code) {
     cmd->add_option("-f,--file", o->text_path, "The text file (tokenized as one text)")->required();
     cmd->add_option("--max-tokens", o->max_tokens,
                     "Evaluate the first N tokens, BOS included (N - 1 predictions); default: the whole file");
+    cmd->add_option(
+           "--segments", o->segments,
+           "Evaluate this many consecutive runs of --max-tokens each (BOS + the next stretch of "
+           "the text), one perplexity over all their predictions (as calibrate's segments); 0: every "
+           "whole run the text holds")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     o->kv.add_to(*cmd);
     cmd->get_option("--kv-prefill-chunk")
         ->description("Text tokens per chunk (evictions after each; the default 1 streams token by token)");

@@ -26,6 +26,8 @@ struct perplexity_result {
     // With a window W > 0: the mean NLL of predictions [i*W, (i+1)*W), the last window possibly shorter
     // (prediction j is of token j + 1), for perplexity against position.
     std::vector<double> window_nll;
+    // perplexity over several runs: run k's mean NLL (one entry for a single run).
+    std::vector<double> run_nll;
     policy::resolved_params config;  // the policy as it ran (defaults applied, budget resolved)
 };
 
@@ -37,6 +39,13 @@ using progress_fn = std::function<void(int64_t done, int64_t total)>;
 result<perplexity_result> perplexity(model::model& m, std::span<const int32_t> tokens,
                                      engine::session_params sp, int chunk, const progress_fn& progress,
                                      int window = 0);
+
+// Several runs (each BOS + tokens, each its own session and run length), one after another and pooled:
+// n_tokens, n_predicted, evictions and seconds summed, mean_nll over every run's predictions, run_nll per
+// run; kv_bytes and config are the first run's. `progress` counts tokens over all runs.
+result<perplexity_result> perplexity(model::model& m, std::span<const std::vector<int32_t>> runs,
+                                     const engine::session_params& sp, int chunk,
+                                     const progress_fn& progress);
 
 // -log softmax(logits)[target], in double.
 double token_nll(std::span<const float> logits, int32_t target);

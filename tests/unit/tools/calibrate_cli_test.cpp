@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,51 +57,95 @@ TEST(CalibrateCli, WritesAConfigurationThatPerplexityRunsExactly) {
     const std::string cfg = scratch("cfg.json").string();
     int rc = 0;
     const std::string out = run_command(
-        kCli + " calibrate -f " + text + " --max-tokens 256 --segments 1 --kv-budget 0.2 -o " + cfg + " 2>&1",
+        kCli + " calibrate -f " + text + " --max-tokens 128 --segments 3 --kv-budget 0.2 -o " + cfg + " 2>&1",
         &rc);
     ASSERT_EQ(rc, 0) << out;
     const auto j = nlohmann::json::parse(read_file(cfg));
     EXPECT_EQ(j["format"], "h2okv-kv-config");
-    EXPECT_EQ(j["policy"], "h2o");
     EXPECT_EQ(j["budget"], "0.2");
+    EXPECT_EQ(j["segments"], 3);
     const auto& hp = bundled_stories().model->params();
     EXPECT_EQ(j["n_layer"], hp.n_layer);
-    EXPECT_EQ(j["recents"].size(), static_cast<size_t>(hp.n_layer));
     ASSERT_EQ(j["statistics"].size(), static_cast<size_t>(hp.n_layer));
     EXPECT_EQ(j["statistics"][0]["positions_to_90_percent"].size(), static_cast<size_t>(hp.n_kv_head));
     // The mass by distance of a layer sums to 1.
     double mass = 0.0;
     for (const auto& b : j["statistics"][0]["mass_by_distance"]) mass += b["mass"].get<double>();
     EXPECT_NEAR(mass, 1.0, 1e-9);
-    // The choice is the lowest perplexity among the candidates, which include h2o's defaults (recent share
-    // 0.5, decay 1) and h2o with decay 0.98.
-    double lowest = 1e300, defaults = 0.0;
+    // The candidates include the baselines: window, streaming, h2o's defaults (recent share 0.5, decay 1)
+    // and h2o with decay 0.98; each has one mean NLL per segment.
+    const nlohmann::json* lowest = nullptr;
+    const nlohmann::json* chosen = nullptr;
+    double defaults = 0.0;
+    std::set<std::string> baselines;
     for (const auto& c : j["candidates"]) {
-        lowest = std::min(lowest, c["perplexity"].get<double>());
-        if (c["label"] == "uniform recent share 0.500" && c["decay"] == 1.0 && !c["shares"].get<bool>())
+        ASSERT_EQ(c["segment_nll"].size(), 3u) << c.dump();
+        if (lowest == nullptr || c["perplexity"] < (*lowest)["perplexity"]) lowest = &c;
+        if (c["chosen"].get<bool>()) {
+            EXPECT_EQ(chosen, nullptr) << "one candidate is chosen";
+            chosen = &c;
+        }
+        if (c["baseline"].get<bool>())
+            baselines.insert(c["policy"].get<std::string>() + "/" + c["decay"].dump());
+        if (c["policy"] == "h2o" && c["label"] == "uniform recent share 0.500" && c["decay"] == 1.0 &&
+            c["shares"].empty() && !c.contains("sinks"))
             defaults = c["perplexity"].get<double>();
     }
+    EXPECT_EQ(baselines, (std::set<std::string>{"window/1.0", "streaming/1.0", "h2o/1.0", "h2o/0.98"}));
     ASSERT_GT(defaults, 0.0) << "h2o's defaults are a candidate";
+    ASSERT_NE(chosen, nullptr);
+    EXPECT_EQ(j["policy"], (*chosen)["policy"]);
+    // The one-standard-error rule: the chosen candidate's mean NLL is within one standard error (over the
+    // segments) of the lowest's, and no simpler candidate's is.
+    const auto excess = [&](const nlohmann::json& c) {
+        std::vector<double> d;
+        for (size_t i = 0; i < 3; ++i)
+            d.push_back(c["segment_nll"][i].get<double>() - (*lowest)["segment_nll"][i].get<double>());
+        const double mean = (d[0] + d[1] + d[2]) / 3.0;
+        double sq = 0.0;
+        for (double x : d) sq += (x - mean) * (x - mean);
+        return mean - std::sqrt(sq / 2.0 / 3.0);
+    };
+    EXPECT_LE(excess(*chosen), 1e-12);
+    for (const auto& c : j["candidates"]) {
+        if (c["complexity"] < (*chosen)["complexity"]) {
+            EXPECT_GT(excess(c), -1e-12) << c.dump();
+        }
+    }
 
-    // perplexity --kv-config runs the file's configuration (policy and budget from it).
+    // perplexity --kv-config runs the file's configuration (policy and budget from it) over the same runs.
     const std::string jsonl = scratch("ppl.jsonl").string();
-    const std::string ppl = run_command(kCli + " perplexity -f " + text + " --max-tokens 256 --kv-config " +
-                                            cfg + " --jsonl " + jsonl + " 2>&1",
-                                        &rc);
+    const std::string ppl =
+        run_command(kCli + " perplexity -f " + text + " --max-tokens 128 --segments 3 --kv-config " + cfg +
+                        " --jsonl " + jsonl + " 2>&1",
+                    &rc);
     ASSERT_EQ(rc, 0) << ppl;
     const auto r = last_jsonl(jsonl);
-    EXPECT_EQ(r["policy_name"], "h2o");
+    EXPECT_EQ(r["policy_name"], (*chosen)["policy"]);
     EXPECT_EQ(r["kv_config"], cfg);
-    EXPECT_NEAR(r["perplexity"].get<double>(), lowest, 1e-12 * lowest) << "the calibration text again";
-    // h2o's defaults on the same text: the same number as the candidate.
+    EXPECT_EQ(r["segments"], 3);
+    EXPECT_EQ(r["n_tokens"], 3 * 128);
+    EXPECT_EQ(r["run_nll"], (*chosen)["segment_nll"]) << "the calibration runs again";
+    EXPECT_NEAR(r["perplexity"].get<double>(), (*chosen)["perplexity"].get<double>(),
+                1e-12 * r["perplexity"].get<double>());
+    // h2o's defaults on the same runs: the same number as the candidate.
     const std::string jsonl2 = scratch("ppl2.jsonl").string();
     ASSERT_EQ(std::system((kCli + " perplexity -f " + text +
-                           " --max-tokens 256 --kv-policy h2o --kv-budget 0.2 "
-                           "--jsonl " +
+                           " --max-tokens 128 --segments 3 --kv-policy h2o --kv-budget 0.2 --jsonl " +
                            jsonl2 + " >/dev/null 2>&1")
                               .c_str()),
               0);
     EXPECT_EQ(last_jsonl(jsonl2)["perplexity"].get<double>(), defaults);
+
+    // --segments' errors name what is wrong.
+    for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
+             {"--segments 2", "--segments 2 needs --max-tokens"},
+             {"--segments 100 --max-tokens 128", "100 runs of 128 (BOS + 127 each) need 12700"},
+             {"--segments 2 --max-tokens 64 --nll-window 8", "give it without --segments"}}) {
+        const std::string msg = run_command(kCli + " perplexity -f " + text + " " + flags + " 2>&1", &rc);
+        EXPECT_EQ(WEXITSTATUS(rc), 1) << flags << ": " << msg;
+        EXPECT_NE(msg.find(want), std::string::npos) << flags << ": want '" << want << "' in: " << msg;
+    }
 
     // Unknown fields, a wrong format or granularity, and a policy that keeps everything are refused.
     const std::string bad = scratch("bad.json").string();
@@ -124,6 +170,21 @@ TEST(CalibrateCli, WritesAConfigurationThatPerplexityRunsExactly) {
         "", "2 shares given, but granularity=head has 20 units");
     refused(read_file(cfg), "--kv-granularity layer", "calibrated for granularity head");
     refused(read_file(cfg), "--kv-policy full", "--kv-config given, but --kv-policy is full");
+
+    // A configuration's sinks apply to every unit; --kv-sinks overrides them.
+    std::ofstream(bad)
+        << "{\"format\": \"h2okv-kv-config\", \"version\": 1, \"n_layer\": 5, \"n_kv_head\": 4, "
+           "\"policy\": \"h2o\", \"budget\": \"0.2\", \"sinks\": 2}";
+    for (const auto& [flags, want] :
+         std::vector<std::pair<std::string, std::string>>{{"", "sinks=2"}, {"--kv-sinks 3", "sinks=3"}}) {
+        const std::string sj = scratch("sinks.jsonl").string();
+        const std::string msg =
+            run_command(kCli + " perplexity -f " + text + " --max-tokens 64 --kv-config " + bad + " " +
+                            flags + " --jsonl " + sj + " 2>&1",
+                        &rc);
+        ASSERT_EQ(rc, 0) << msg;
+        EXPECT_NE(last_jsonl(sj)["policy"].get<std::string>().find(want), std::string::npos) << flags;
+    }
 }
 
 TEST(CalibrateCli, PyramidScheduleGivesRealPerLayerCapacities) {
