@@ -12,7 +12,7 @@
 #                Union addresses were trained on, so none is used).
 # Usage: scripts/run_calibrate.sh [OUT_DIR]   (default: results/). Needs ../shared. Writes
 # calibrate_ppl.jsonl (removed first), the two TinyStories halves and the configurations as
-# calibrate_<model>_<budget>.json. About 25 minutes on 2 cores.
+# calibrate_<model>_<budget>.json. About 40 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results}
