@@ -309,7 +309,7 @@ int run_calibrate(const calibrate_options& o) {
         c.baseline = d == 1.0 || d == 0.98;
         if (status s = consider(c); !s.ok()) return fail(s);
     }
-    // The lowest-perplexity h2o candidate so far whose configuration equals one of `among`'s.
+    // The measured candidate with c's configuration, if any; keep_better moves `current` to it when lower.
     const auto measured = [&](const candidate& c) -> const candidate* {
         for (const candidate& t : tried) {
             if (t.same(c)) return &t;
@@ -418,8 +418,8 @@ void add_calibrate_command(CLI::App& app, int* exit_code) {
         "calibrate",
         "Measure attention on a calibration text (mass by distance per layer, concentration per head) and "
         "write the KV configuration chosen on it: among the baselines (window, streaming, h2o, h2o with "
-        "decay "
-        "0.98) and h2o with per-layer recent shares, decay, sinks and per-head budget shares, the simplest "
+        "decay 0.98) and h2o with per-layer recent shares, decay, sinks and per-head budget shares, the "
+        "simplest "
         "within one standard error of the lowest perplexity over its runs (load it with --kv-config; "
         "evaluate it on a different text)");
     o->model.add_to(*cmd);
