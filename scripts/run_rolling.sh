@@ -3,16 +3,26 @@
 # run_results.sh; `make rolling` alone): streaming perplexity against position far past the trained context
 # in both position modes, the 4096-token comparison with the window, a 1M-token stream's memory and speed,
 # decode speed at depth in both modes, and the accuracy of the two ways of rotating stored keys.
-# Usage: scripts/run_rolling.sh [OUT_DIR]   (default: results/). Needs ../shared (models and data).
+# Usage: scripts/run_rolling.sh [--speed] [OUT_DIR]   (default: results/). Needs ../shared (models and data).
 # Writes only rolling_*.jsonl (removed first); about 30 minutes on 2 cores, the instruction counts under
-# valgrind (when installed) about 19 of them.
+# valgrind (when installed) about 19 of them. --speed re-measures only the decode speed and instruction
+# counts (rolling_speed.jsonl, rolling_instructions.jsonl) and keeps the other files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+speed_only=
+if [ "${1:-}" = --speed ]; then
+    speed_only=1
+    shift
+fi
 out=${1:-results}
 B=${H2OKV_BIN:-./build/release/tools/h2okv/h2okv}
 shared=../shared
 mkdir -p "$out"
-rm -f "$out"/rolling_*.jsonl
+if [ -n "$speed_only" ]; then
+    rm -f "$out"/rolling_speed.jsonl "$out"/rolling_instructions.jsonl
+else
+    rm -f "$out"/rolling_*.jsonl
+fi
 
 stories=models/stories260K.gguf
 eval5m=$shared/models/h2o-eval-5M/h2o-eval-llama-5M.gguf
@@ -35,22 +45,25 @@ curves() {  # MODEL TEXT N WINDOW NAME full|no-full BUDGETS...
     done
 }
 
-# Perplexity per window of positions: the bundled model (trained on 512-token sequences) over 8192 tokens of
-# TinyStories, the 5M model (1024-token context) over 16384 tokens of held-out Moby Dick. The 5M model's full
-# cache is left out: 16384 positions of full attention took over 15 minutes on the shared 2 cores.
-curves $stories "$tiny_text" 8192 256 stories260K full 64 128 256
-curves "$eval5m" "$held_out" 16384 512 eval5M no-full 128 256
+if [ -z "$speed_only" ]; then
+    # Perplexity per window of positions: the bundled model (trained on 512-token sequences) over 8192 tokens of
+    # TinyStories, the 5M model (1024-token context) over 16384 tokens of held-out Moby Dick. The 5M model's full
+    # cache is left out: 16384 positions of full attention took over 15 minutes on the shared 2 cores.
+    curves $stories "$tiny_text" 8192 256 stories260K full 64 128 256
+    curves "$eval5m" "$held_out" 16384 512 eval5M no-full 128 256
 
-# The issue's comparison: 4096 TinyStories tokens at a budget of 128, every evicting policy in both modes.
-for pos in original rolling; do
-    $B perplexity -f "$tiny_text" --max-tokens 4096 --kv-positions $pos --sweep-policies "${policies[@]}" \
-        --sweep-budgets 128 --jsonl "$out/rolling_ppl4096.jsonl" 2>/dev/null
-done
+    # The issue's comparison: 4096 TinyStories tokens at a budget of 128, every evicting policy in both modes.
+    for pos in original rolling; do
+        $B perplexity -f "$tiny_text" --max-tokens 4096 --kv-positions $pos --sweep-policies "${policies[@]}" \
+            --sweep-budgets 128 --jsonl "$out/rolling_ppl4096.jsonl" 2>/dev/null
+    done
 
-# A 1M-token stream in fixed memory: resident memory and tokens/s against tokens processed.
-echo "== rolling: 1M-token stream" >&2
-$B generate -p "Once upon a time" -n 1000000 --ignore-eos --kv-policy h2o --kv-budget 128 \
-    --kv-positions rolling --stream-stats "$out/rolling_stream.jsonl" --stream-every 20000 >/dev/null 2>&1
+    # A 1M-token stream in fixed memory: resident memory and tokens/s against tokens processed.
+    echo "== rolling: 1M-token stream" >&2
+    $B generate -p "Once upon a time" -n 1000000 --ignore-eos --kv-policy h2o --kv-budget 128 \
+        --kv-positions rolling --stream-stats "$out/rolling_stream.jsonl" --stream-every 20000 >/dev/null 2>&1
+
+fi
 
 # Decode speed at depth in both modes (one thread, runs interleaved so machine noise hits both alike).
 for rep in 1 2 3; do
@@ -84,4 +97,4 @@ else
     echo "run_rolling: valgrind is not installed (Debian: valgrind); the instruction counts are left out" >&2
 fi
 
-/usr/bin/python3 scripts/rolling_drift.py "$out/rolling_drift.jsonl" >/dev/null
+[ -n "$speed_only" ] || /usr/bin/python3 scripts/rolling_drift.py "$out/rolling_drift.jsonl" >/dev/null

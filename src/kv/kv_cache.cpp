@@ -114,7 +114,7 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     fp.table_bytes += pf.table_bytes + pf.total_slots() * 4 + 4 * pf.n_units + pf.capacity * 8 * rows;
     // A policy that keeps its own copy of the keys (f32), sized by its largest unit.
     fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
-    // Rolling positions: the turns' tables (rope_dim floats per slot and distinct rope of the layers; the
+    // Rolling positions: the turns' tables (2 * rope_dim floats per slot and distinct rope of the layers; the
     // policy's tables count each slot's admission position and turn).
     fp.rolling = pf.positions == policy::position_mode::rolling;
     if (fp.rolling) {
@@ -124,7 +124,7 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
                 hp.layer_rope.size(), hp.n_layer);
         }
         const auto specs = static_cast<int64_t>(hp.rope_specs.size());
-        fp.table_bytes += pf.capacity * 4 * hp.rope_dim * specs;
+        fp.table_bytes += pf.capacity * 4 * 2 * hp.rope_dim * specs;
     }
     H2OKV_RETURN_IF_ERROR(check_memory(hp, fp, type));
     return fp;
@@ -240,7 +240,7 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         }
         if (c->policy_->config().positions == policy::position_mode::rolling) {
             c->rolling_ = true;
-            const auto rd = static_cast<size_t>(hp.rope_dim);
+            const auto rd = 2 * static_cast<size_t>(hp.rope_dim);  // a turn's table
             c->turns_.resize(hp.rope_specs.size() * cap * rd);
             for (size_t r = 0; r < hp.rope_specs.size(); ++r) {
                 for (size_t d = 0; d < cap; ++d)
@@ -386,7 +386,7 @@ kernels::kv_rows kv_cache::keys(int layer, int g) const {
 kernels::key_turns kv_cache::turns(int layer, int g) const {
     const size_t cap = static_cast<size_t>(capacity());
     return {policy_->slot_turns(policy_->unit_of(layer, g)).data(),
-            &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap *
+            &turns_[static_cast<size_t>(hp_.layer_rope[static_cast<size_t>(layer)]) * cap * 2 *
                     static_cast<size_t>(hp_.rope_dim)],
             hp_.rope_dim, hp_.rope(layer).pairing};
 }

@@ -104,16 +104,19 @@ void rope_turn_table(const kernels::rope_spec& s, int64_t delta, float* turn_tab
     kernels::rope_spec turn = s;
     turn.magnitude = 1.0;  // a pure rotation
     const int dim = s.rope_dim;
-    if (s.pairing == kernels::rope_pairing::normal) {
-        kernels::rope_rotation(turn, delta, turn_table);  // (cos, sin) per pair, interleaved
-        return;
-    }
     std::vector<float> cs(static_cast<size_t>(dim));
-    kernels::rope_rotation(turn, delta, cs.data());
+    kernels::rope_rotation(turn, delta, cs.data());  // (cos, sin) per pair
     const int half = dim / 2;
+    const bool normal = s.pairing == kernels::rope_pairing::normal;
     for (int i = 0; i < half; ++i) {
-        turn_table[i] = cs[static_cast<size_t>(2 * i)];
-        turn_table[half + i] = cs[static_cast<size_t>(2 * i + 1)];
+        const int a = normal ? 2 * i : i;  // the pair's dims
+        const int b = normal ? 2 * i + 1 : half + i;
+        const float c = cs[static_cast<size_t>(2 * i)];
+        const float sn = cs[static_cast<size_t>(2 * i + 1)];
+        turn_table[a] = c;
+        turn_table[b] = c;
+        turn_table[dim + a] = -sn;
+        turn_table[dim + b] = sn;
     }
 }
 

@@ -259,7 +259,8 @@ using attend_turned_fn = void (*)(const float*, int, const kv_rows&, const kv_ro
 // then attend over that copy and the decoded values (the loaders give the decoded floats, so the sums are
 // the same). The ISA a shape lands on is the first, from the one called downward, whose vectors the rotated
 // dims fill (the reference takes all). Every KV type, both pairings, rotated dims that fill 16 or 8 lanes or
-// neither, turns of 0 (the chunk's own keys) and not, 1 to 3 heads, score rows summed.
+// neither, turns of 0 (the chunk's own keys; their table the identity, their keys with -0 elements) and
+// not, 1 to 3 heads, score rows summed.
 TEST(AttendTurned, EqualsTurnRowsThenAttendBitForBit) {
     struct isa_fns {
         const char* name;
@@ -290,9 +291,11 @@ TEST(AttendTurned, EqualsTurnRowsThenAttendBitForBit) {
                     for (int n : {1, 9, 70}) {
                         const int n_q = 1 + (n + head_dim / 8) % 3;
                         const auto seed = static_cast<uint32_t>(head_dim * 977 + rope_dim * 31 + n);
-                        const store s = make_store(type, head_dim, n_q, n + 5, n, seed);
-                        const std::vector<float> tables =
-                            random_floats(static_cast<size_t>(n_tables) * rope_dim, seed + 7);
+                        store s = make_store(type, head_dim, n_q, n + 5, n, seed);
+                        // Random turns, but turn 0's table is the identity, as key_turns requires.
+                        std::vector<float> tables =
+                            random_floats(static_cast<size_t>(n_tables) * 2 * rope_dim, seed + 7);
+                        for (int i = 0; i < 2 * rope_dim; ++i) tables[static_cast<size_t>(i)] = i < rope_dim;
                         // turn_rows takes the turns in attended order, key_turns by slot (the slots are
                         // a random subset in random order, so reading one for the other is caught); the
                         // slots nobody attends hold a turn no attended key has.
@@ -301,6 +304,24 @@ TEST(AttendTurned, EqualsTurnRowsThenAttendBitForBit) {
                         for (int j = 0; j < n; ++j) {
                             turns[j] = j % 5 == 0 ? 0 : 1 + (j * 7 + n) % (n_tables - 2);
                             by_slot[static_cast<size_t>(s.slots[static_cast<size_t>(j)])] = turns[j];
+                        }
+                        // Keys of turn 0 with -0 elements (a pair and its neox partner), which the vector
+                        // kernels turn to +0 and turn_rows keeps: the scores must not differ.
+                        for (int j = 0; j < n; j += 5) {
+                            if (type != tensor_type::f32 && type != tensor_type::f16) break;
+                            const auto slot = static_cast<size_t>(s.slots[static_cast<size_t>(j)]);
+                            for (int i : {0, 1, rope_dim / 2}) {
+                                std::byte* e = s.k.bytes.data() + slot * s.k.row_bytes;
+                                if (type == tensor_type::f32) {
+                                    const float z = -0.0f;
+                                    std::memcpy(e + 4 * i, &z, 4);
+                                } else {
+                                    const uint16_t z = 0x8000;
+                                    std::memcpy(e + 2 * i, &z, 2);
+                                }
+                                s.k.values[slot * static_cast<size_t>(head_dim) + static_cast<size_t>(i)] =
+                                    -0.0f;
+                            }
                         }
                         const key_turns t{by_slot.data(), tables.data(), rope_dim, pairing};
                         // The definition: the turned keys as f32 rows, the decoded values as f32 rows.

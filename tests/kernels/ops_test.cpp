@@ -181,16 +181,19 @@ TEST(TurnRows, TurnsRotatedKeysBack) {
         std::vector<float> want = x;
         rope(at_p.data(), 1, head_dim, rope_dim, p, 10000.0f, pairing);
         rope(want.data(), 1, head_dim, rope_dim, p - d, 10000.0f, pairing);
-        // Tables for turns 0 .. d; only d's is filled: per pair its cosine and sine, interleaved (normal) or
-        // all cosines then all sines (neox).
-        std::vector<float> tables(static_cast<size_t>(d + 1) * rope_dim, 0.0f);
+        // Tables for turns 0 .. d (2 * rope_dim floats each); only d's is filled: each dim's pair's cosine,
+        // then its sine, negated for the pair's first dim (pairs (2i, 2i + 1) normal, (i, i + half) neox).
+        std::vector<float> tables(static_cast<size_t>(d + 1) * 2 * rope_dim, 0.0f);
         std::vector<float> cs(rope_dim);
         rope_rotation(-d, rope_dim, 10000.0f, cs.data());
-        float* t = &tables[static_cast<size_t>(d) * rope_dim];
+        float* t = &tables[static_cast<size_t>(d) * 2 * rope_dim];
         for (int i = 0; i < rope_dim / 2; ++i) {
             const bool normal = pairing == rope_pairing::normal;
-            t[normal ? 2 * i : i] = cs[static_cast<size_t>(2 * i)];
-            t[normal ? 2 * i + 1 : rope_dim / 2 + i] = cs[static_cast<size_t>(2 * i + 1)];
+            const int a = normal ? 2 * i : i;
+            const int b = normal ? 2 * i + 1 : rope_dim / 2 + i;
+            t[a] = t[b] = cs[static_cast<size_t>(2 * i)];
+            t[rope_dim + a] = -cs[static_cast<size_t>(2 * i + 1)];
+            t[rope_dim + b] = cs[static_cast<size_t>(2 * i + 1)];
         }
         const kv_rows k{core::tensor_type::f32, reinterpret_cast<const std::byte*>(at_p.data()),
                         head_dim * sizeof(float)};
@@ -222,7 +225,7 @@ TEST(TurnRows, Avx2EqualsReferenceBitForBit) {
                         test_support::encode_matrix(type, cap, head_dim, seed, 4);
                     const kv_rows k{type, m.bytes.data(), m.row_bytes};
                     const std::vector<float> tables =
-                        random_floats(static_cast<size_t>(n_tables) * rope_dim, seed + 1);
+                        random_floats(static_cast<size_t>(n_tables) * 2 * rope_dim, seed + 1);
                     std::vector<int32_t> slots, turns;
                     for (int s = cap - 1; s >= 0; s -= 3) {
                         slots.push_back(s);

@@ -193,17 +193,23 @@ void attend(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int hea
 // Rolling positions (h2okv/kv/kv_cache.h) keep K rows rotated at their admission positions and turn them to
 // their places in the cache when they are attended. For each j < n: decodes row slots[j] of k (head_dim
 // elements) into dst + slots[j] * head_dim as f32 and, where turns[j] != 0, turns its first rope_dim dims by
-// the table at tables + turns[j] * rope_dim (h2okv/model/rope.h writes them: rope_turn_table): pair i's
-// cosine c and sine s, at t[2i], t[2i + 1] for normal pairing and t[i], t[rope_dim / 2 + i] for neox, turn
-// its dims (a, b) to
-//   x'[a] = x[a] * c - x[b] * s,   x'[b] = x[b] * c + x[a] * s
-// in float, each product rounded, then the difference or sum: the same bits on every ISA.
+// the table t at tables + turns[j] * 2 * rope_dim (h2okv/model/rope.h writes them: rope_turn_table). Each
+// dim d of a pair (a, b) (a = 2i, b = 2i + 1 for normal pairing; a = i, b = rope_dim / 2 + i for neox) has
+// its pair's cosine at t[d] and its pair's sine at t[rope_dim + d], negated for a:
+//   x'[d] = x[d] * t[d] + x[partner] * t[rope_dim + d],  i.e.  x'[a] = x[a] * c - x[b] * s,
+//                                                            x'[b] = x[b] * c + x[a] * s
+// in float, each product rounded, then the sum: the same bits on every ISA (the layout lets a vector of
+// dims take its cosines and sines with two loads, no shuffles).
 void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32_t* turns, int n,
                int rope_dim, rope_pairing p, const float* tables, float* dst) noexcept;
 
-// The turns of attend_turned, read by slot: the key in slot s turned by the table at tables + turns[s] *
-// rope_dim (none where turns[s] == 0), as turn_rows defines it for that row and turn (the policy's
-// kv_policy::slot_turns table as it stands, so no attended-order copy is built per step).
+// The turns of attend_turned, read by slot: the key in slot s turned by the table at tables + turns[s] * 2 *
+// rope_dim, as turn_rows defines it for that row and turn (the policy's kv_policy::slot_turns table as it
+// stands, so no attended-order copy is built per step). The table of turn 0 must be the identity (cos 1,
+// sin 0, as rope_turn_table writes it): the vector kernels turn every row by its table, which for turn 0 can
+// only change a -0 element to +0. A dot product does not see that: its sum starts at +0 and, rounding to
+// nearest, adding a zero of either sign leaves any sum as it is, so scores, weights and outputs are the bits
+// of attending turn_rows' rows.
 struct key_turns {
     const int32_t* turns;
     const float* tables;

@@ -168,7 +168,8 @@ private:
     int window_n_kept_ = 0;
 
     // Rolling positions: per distinct rope of the layers (hparams::rope_specs), the turns by -d for d in
-    // [0, capacity) ([spec][capacity][rope_dim], model::rope_turn_table). The policy keeps each key's turn.
+    // [0, capacity) ([spec][capacity][2 * rope_dim], model::rope_turn_table). The policy keeps each key's
+    // turn.
     bool rolling_ = false;
     std::vector<float> turns_;
 

@@ -50,8 +50,8 @@ kernels::rope_spec make_rope_spec(int rope_dim, float freq_base, kernels::rope_p
 // Rotations compose: a key rotated at p and turned by d is the key rotated at p + d, up to float rounding;
 // the magnitude (yarn's) was applied once, when the key was rotated, and a turn does not apply it again.
 // rope_turn_table writes the turn by `delta` positions (any sign) of spec s in the form kernels::turn_rows
-// reads: [rope_dim] floats, each pair's cosine and sine (from kernels::rope_rotation's angles), interleaved
-// for normal pairing, all cosines then all sines for neox.
+// reads: [2 * rope_dim] floats, each dim's pair's cosine, then each dim's pair's sine, negated for the pair's
+// first dim (angles from kernels::rope_rotation).
 void rope_turn_table(const kernels::rope_spec& s, int64_t delta, float* turn_table);
 
 }  // namespace h2okv::model

@@ -56,19 +56,14 @@ double element(const kv_rows& r, int32_t slot, int d) {
 }
 
 // Element d of row `slot` turned by table t (none: null), as turn_rows turns it: in float, each product
-// rounded, then the difference or the sum.
+// rounded, then the sum.
 double turned_element(const kv_rows& r, int32_t slot, int d, const float* t, int rope_dim, rope_pairing p) {
     if (t == nullptr || d >= rope_dim) return element(r, slot, d);
     const int half = rope_dim / 2;
-    const bool normal = p == rope_pairing::normal;
-    const int i = normal ? d / 2 : d % half;
-    const int a = normal ? 2 * i : i;
-    const int b = normal ? 2 * i + 1 : i + half;
-    const float c = t[normal ? 2 * i : i];
-    const float s = t[normal ? 2 * i + 1 : half + i];
-    const auto xa = static_cast<float>(element(r, slot, a));
-    const auto xb = static_cast<float>(element(r, slot, b));
-    return d == a ? xa * c - xb * s : xb * c + xa * s;
+    const int partner = p == rope_pairing::normal ? d ^ 1 : (d < half ? d + half : d - half);
+    const auto x = static_cast<float>(element(r, slot, d));
+    const auto xp = static_cast<float>(element(r, slot, partner));
+    return x * t[d] + xp * t[rope_dim + d];
 }
 
 // attend, with key element d of slot j given by key(j, d).
@@ -117,7 +112,8 @@ void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, 
         q, n_q, v, head_dim, slots, n, scale, out, weights, weights_stride, score_row, [&](int j, int d) {
             const int32_t turn = t.turns[slots[j]];
             const float* table =
-                turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim);
+                turn == 0 ? nullptr
+                          : t.tables + static_cast<size_t>(turn) * 2 * static_cast<size_t>(t.rope_dim);
             return turned_element(k, slots[j], d, table, t.rope_dim, t.pairing);
         });
 }

@@ -295,17 +295,16 @@ void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, const int32
         float* x = dst + slot * hd;
         ref::dequantize_row(k.type, k.data + slot * k.row_bytes, head_dim, x);
         if (turns[j] == 0) continue;
-        const float* t = tables + static_cast<size_t>(turns[j]) * static_cast<size_t>(rope_dim);
+        const float* t = tables + static_cast<size_t>(turns[j]) * 2 * static_cast<size_t>(rope_dim);
+        const float* sn = t + rope_dim;
         for (int i = 0; i < half; ++i) {
             const bool normal = p == rope_pairing::normal;
             const int a = normal ? 2 * i : i;
             const int b = normal ? 2 * i + 1 : i + half;
-            const float c = t[normal ? 2 * i : i];
-            const float s = t[normal ? 2 * i + 1 : half + i];
             const float xa = x[a];
             const float xb = x[b];
-            x[a] = xa * c - xb * s;
-            x[b] = xb * c + xa * s;
+            x[a] = xa * t[a] + xb * sn[a];
+            x[b] = xb * t[b] + xa * sn[b];
         }
     }
 }

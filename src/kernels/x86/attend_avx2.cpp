@@ -242,40 +242,36 @@ struct stored_keys {
     H2OKV_AVX2 __m256 load(row_t r, int i) const { return Rows::load(r, i); }
 };
 
-// Keys turned as they are loaded (kernels::attend_turned), with turn_row's operations: the same floats as
-// turn_rows writes. rope_dim (and under neox rope_dim / 2) is a multiple of 8.
+// Keys turned as they are loaded (kernels::attend_turned), with turn_rows' operations: the same floats as
+// turn_rows writes, but that every row is turned, turn 0 by the identity (no test and branch per row), which
+// can only make a -0 element +0: no score sees the difference (key_turns). rope_dim (and under neox
+// rope_dim / 2) is a multiple of 8.
 template <typename Rows, rope_pairing P>
 struct turned_keys {
     kv_rows k;
     key_turns t;
     struct row_t {
         const std::byte* p;
-        const float* table;  // null: not turned
+        const float* table;  // turn 0 too: its row is the identity (key_turns)
     };
     row_t row(const int32_t* slots, int j) const {
-        const int32_t turn = t.turns[slots[j]];
         return {k.data + static_cast<size_t>(slots[j]) * k.row_bytes,
-                turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim)};
+                t.tables + static_cast<size_t>(t.turns[slots[j]]) * 2 * static_cast<size_t>(t.rope_dim)};
     }
     H2OKV_AVX2 __m256 load(row_t r, int i) const {
         const __m256 x = Rows::load(r.p, i);
-        if (r.table == nullptr || i >= t.rope_dim) return x;
+        if (i >= t.rope_dim) return x;
+        // x * cosines + partner * signed sines (key_turns' table layout: no shuffle of the table).
+        const float* sn = r.table + t.rope_dim;
+        __m256 partner;
         if constexpr (P == rope_pairing::normal) {
-            const __m256 cs = _mm256_loadu_ps(r.table + i);
-            const __m256 a = _mm256_mul_ps(x, _mm256_moveldup_ps(cs));
-            const __m256 b = _mm256_mul_ps(_mm256_permute_ps(x, 0xB1), _mm256_movehdup_ps(cs));
-            return _mm256_addsub_ps(a, b);
+            partner = _mm256_permute_ps(x, 0xB1);  // pairs side by side: swap neighbours
         } else {
             const int half = t.rope_dim / 2;
-            if (i < half) {  // x' = x * c - partner * s
-                const __m256 hi = Rows::load(r.p, i + half);
-                return _mm256_sub_ps(_mm256_mul_ps(x, _mm256_loadu_ps(r.table + i)),
-                                     _mm256_mul_ps(hi, _mm256_loadu_ps(r.table + half + i)));
-            }
-            const __m256 lo = Rows::load(r.p, i - half);  // x' = x * c + partner * s
-            return _mm256_add_ps(_mm256_mul_ps(x, _mm256_loadu_ps(r.table + i - half)),
-                                 _mm256_mul_ps(lo, _mm256_loadu_ps(r.table + i)));
+            partner = Rows::load(r.p, i < half ? i + half : i - half);
         }
+        return _mm256_add_ps(_mm256_mul_ps(x, _mm256_loadu_ps(r.table + i)),
+                             _mm256_mul_ps(partner, _mm256_loadu_ps(sn + i)));
     }
 };
 

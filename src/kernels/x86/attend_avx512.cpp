@@ -244,41 +244,33 @@ struct stored_keys {
     H2OKV_AVX512 __m512 load(row_t r, int i) const { return Rows::load(r, i); }
 };
 
-// Keys turned as they are loaded, with turn_rows' operations on 16 lanes (the same floats); rope_dim (and
-// under neox rope_dim / 2) is a multiple of 16.
+// Keys turned as they are loaded, with turn_rows' operations on 16 lanes (the same floats, every row turned,
+// turn 0 by the identity, as avx2's turned_keys); rope_dim (and under neox rope_dim / 2) is a multiple of 16.
 template <typename Rows, rope_pairing P>
 struct turned_keys {
     kv_rows k;
     key_turns t;
     struct row_t {
         const std::byte* p;
-        const float* table;  // null: not turned
+        const float* table;  // turn 0 too: its row is the identity (key_turns)
     };
     row_t row(const int32_t* slots, int j) const {
-        const int32_t turn = t.turns[slots[j]];
         return {k.data + static_cast<size_t>(slots[j]) * k.row_bytes,
-                turn == 0 ? nullptr : t.tables + static_cast<size_t>(turn) * static_cast<size_t>(t.rope_dim)};
+                t.tables + static_cast<size_t>(t.turns[slots[j]]) * 2 * static_cast<size_t>(t.rope_dim)};
     }
     H2OKV_AVX512 __m512 load(row_t r, int i) const {
         const __m512 x = Rows::load(r.p, i);
-        if (r.table == nullptr || i >= t.rope_dim) return x;
+        if (i >= t.rope_dim) return x;
+        const float* sn = r.table + t.rope_dim;  // as avx2's turned_keys
+        __m512 partner;
         if constexpr (P == rope_pairing::normal) {
-            // Pairs side by side, as their (cos, sin): the even lanes subtract, the odd ones add.
-            const __m512 cs = _mm512_loadu_ps(r.table + i);
-            const __m512 a = _mm512_mul_ps(x, _mm512_moveldup_ps(cs));
-            const __m512 b = _mm512_mul_ps(_mm512_permute_ps(x, 0xB1), _mm512_movehdup_ps(cs));
-            return _mm512_mask_sub_ps(_mm512_add_ps(a, b), 0x5555, a, b);
+            partner = _mm512_permute_ps(x, 0xB1);
         } else {
             const int half = t.rope_dim / 2;
-            if (i < half) {  // x' = x * c - partner * s
-                const __m512 hi = Rows::load(r.p, i + half);
-                return _mm512_sub_ps(_mm512_mul_ps(x, _mm512_loadu_ps(r.table + i)),
-                                     _mm512_mul_ps(hi, _mm512_loadu_ps(r.table + half + i)));
-            }
-            const __m512 lo = Rows::load(r.p, i - half);  // x' = x * c + partner * s
-            return _mm512_add_ps(_mm512_mul_ps(x, _mm512_loadu_ps(r.table + i - half)),
-                                 _mm512_mul_ps(lo, _mm512_loadu_ps(r.table + i)));
+            partner = Rows::load(r.p, i < half ? i + half : i - half);
         }
+        return _mm512_add_ps(_mm512_mul_ps(x, _mm512_loadu_ps(r.table + i)),
+                             _mm512_mul_ps(partner, _mm512_loadu_ps(sn + i)));
     }
 };
 

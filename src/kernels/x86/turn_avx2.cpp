@@ -1,6 +1,6 @@
 // AVX2 + F16C kernels::turn_rows: f32 and f16 rows decoded and turned in registers, 8 dims at a time (other
-// types decoded by dequantize_row, then turned in place), with the reference's products and differences or
-// sums (no FMA: -ffp-contract=off keeps mul, mul, add/sub), so every row is the reference's bits.
+// types decoded by dequantize_row, then turned in place), with the reference's products and sums (no FMA:
+// -ffp-contract=off keeps mul, mul, add), so every row is the reference's bits.
 #include "kernels/dispatch.h"
 #include "kernels/half.h"
 #include "kernels/x86/avx2.h"
@@ -37,26 +37,25 @@ H2OKV_AVX2 void copy_rest(Row row, int e, int head_dim, float* x) {
     for (; e < head_dim; ++e) x[e] = row.at(e);
 }
 
-// x = the row turned by table t (kernels::turn_rows); x may be the row itself.
+// x = the row turned by table t (kernels::turn_rows: cosines at t, signed sines at s = t + rope_dim); x may
+// be the row itself.
 template <typename Row>
 H2OKV_AVX2 void turn_row(Row row, int head_dim, int rope_dim, rope_pairing p, const float* t, float* x) {
+    const float* s = t + rope_dim;
     if (p == rope_pairing::normal) {
         int e = 0;
         for (; e + 8 <= rope_dim; e += 8) {
-            // Pairs (2i, 2i + 1) sit side by side, as their (cos, sin) in t: duplicating the cosines and the
-            // sines and swapping neighbours lines every dim up with its partner; addsub subtracts in the
-            // even lanes and adds in the odd ones.
+            // Pairs (2i, 2i + 1) sit side by side: swapping neighbours lines every dim up with its partner.
             const __m256 v = row(e);
-            const __m256 cs = _mm256_loadu_ps(t + e);
-            const __m256 a = _mm256_mul_ps(v, _mm256_moveldup_ps(cs));
-            const __m256 b = _mm256_mul_ps(_mm256_permute_ps(v, 0xB1), _mm256_movehdup_ps(cs));
-            _mm256_storeu_ps(x + e, _mm256_addsub_ps(a, b));
+            _mm256_storeu_ps(
+                x + e, _mm256_add_ps(_mm256_mul_ps(v, _mm256_loadu_ps(t + e)),
+                                     _mm256_mul_ps(_mm256_permute_ps(v, 0xB1), _mm256_loadu_ps(s + e))));
         }
         for (; e < rope_dim; e += 2) {
             const float xa = row.at(e);
             const float xb = row.at(e + 1);
-            x[e] = xa * t[e] - xb * t[e + 1];
-            x[e + 1] = xb * t[e] + xa * t[e + 1];
+            x[e] = xa * t[e] + xb * s[e];
+            x[e + 1] = xb * t[e + 1] + xa * s[e + 1];
         }
     } else {
         const int half = rope_dim / 2;
@@ -64,16 +63,16 @@ H2OKV_AVX2 void turn_row(Row row, int head_dim, int rope_dim, rope_pairing p, co
         for (; i + 8 <= half; i += 8) {
             const __m256 lo = row(i);
             const __m256 hi = row(half + i);
-            const __m256 c = _mm256_loadu_ps(t + i);
-            const __m256 s = _mm256_loadu_ps(t + half + i);
-            _mm256_storeu_ps(x + i, _mm256_sub_ps(_mm256_mul_ps(lo, c), _mm256_mul_ps(hi, s)));
-            _mm256_storeu_ps(x + half + i, _mm256_add_ps(_mm256_mul_ps(hi, c), _mm256_mul_ps(lo, s)));
+            _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_mul_ps(lo, _mm256_loadu_ps(t + i)),
+                                                  _mm256_mul_ps(hi, _mm256_loadu_ps(s + i))));
+            _mm256_storeu_ps(x + half + i, _mm256_add_ps(_mm256_mul_ps(hi, _mm256_loadu_ps(t + half + i)),
+                                                         _mm256_mul_ps(lo, _mm256_loadu_ps(s + half + i))));
         }
         for (; i < half; ++i) {
             const float xa = row.at(i);
             const float xb = row.at(half + i);
-            x[i] = xa * t[i] - xb * t[half + i];
-            x[half + i] = xb * t[i] + xa * t[half + i];
+            x[i] = xa * t[i] + xb * s[i];
+            x[half + i] = xb * t[half + i] + xa * s[half + i];
         }
     }
     copy_rest(row, rope_dim, head_dim, x);
@@ -89,7 +88,7 @@ H2OKV_AVX2 void turn_rows(const kv_rows& k, int head_dim, const int32_t* slots, 
         const auto slot = static_cast<size_t>(slots[j]);
         float* x = dst + slot * hd;
         const std::byte* src = k.data + slot * k.row_bytes;
-        const float* t = tables + static_cast<size_t>(turns[j]) * static_cast<size_t>(rope_dim);
+        const float* t = tables + static_cast<size_t>(turns[j]) * 2 * static_cast<size_t>(rope_dim);
         switch (k.type) {
             case core::tensor_type::f32: {
                 const f32_row row{reinterpret_cast<const float*>(src)};
