@@ -112,7 +112,8 @@ size_t row_size(tensor_type t, int64_t cols) noexcept {
     return n % elems == 0 ? n / elems * static_cast<size_t>(core::block_bytes(t)) : 0;
 }
 
-void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept {
+void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok,
+                         token_work prepare, token_work finish) noexcept {
     const detail::kernel_table& tb = table();
     int64_t work = 0;
     int64_t n_blocks = 0;
@@ -157,22 +158,32 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
         }
     };
     if (!core::should_fork(core::parallel_site::matmul, work, min_parallel_work)) {
+        if (prepare) prepare(0, n_tok);
         quantize(0, n_tok);
         blocks(0, n_blocks);
+        if (finish) finish(0, n_tok);
         return;
     }
 #pragma omp parallel
     {
         const int64_t n_threads = omp_get_num_threads();
         const int64_t id = omp_get_thread_num();
-        quantize(static_cast<int>(n_tok * id / n_threads), static_cast<int>(n_tok * (id + 1) / n_threads));
+        const auto t0 = static_cast<int>(n_tok * id / n_threads);
+        const auto t1 = static_cast<int>(n_tok * (id + 1) / n_threads);
+        if (prepare && t0 < t1) prepare(t0, t1);
+        quantize(t0, t1);
 #pragma omp barrier
         blocks(n_blocks * id / n_threads, n_blocks * (id + 1) / n_threads);
+        if (finish) {  // the same for every thread of the team, so all of them meet the barrier
+#pragma omp barrier
+            if (t0 < t1) finish(t0, t1);
+        }
     }
 }
 
-void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept {
-    matmul_shared_input(&w, &y, 1, x, n_tok);
+void matmul(const matrix_view& w, const float* x, int n_tok, float* y, token_work prepare,
+            token_work finish) noexcept {
+    matmul_shared_input(&w, &y, 1, x, n_tok, prepare, finish);
 }
 
 void dequantize_row(tensor_type t, const std::byte* src, int64_t n, float* dst) noexcept {

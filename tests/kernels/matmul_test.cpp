@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -250,6 +252,78 @@ TEST(Matmul, SharedInputEqualsSeparateCalls) {
             for (size_t i = 0; i < got.size(); ++i) {
                 EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
                     << "matrix " << i << ", " << n_tok << " tokens, " << threads << " threads";
+            }
+        }
+    }
+    omp_set_num_threads(saved_threads);
+    core::set_force_parallel(saved_force);
+}
+
+// token_work: prepare runs on every token of the input exactly once before any row reads it, finish on every
+// token of the outputs once all rows are done, on the threads' shares in the parallel branch; the result is
+// the bits of preparing, multiplying and finishing one after the other, for any thread count. f32 weights
+// read the prepared input itself (no quantised copy); q8_0 and q4_k read its quantisation.
+TEST(Matmul, TokenWorkRunsInsideTheProductOnEveryTokenOnce) {
+    const int saved_threads = omp_get_max_threads();
+    const bool saved_force = core::force_parallel();
+    core::set_force_parallel(true);
+    const encoded_matrix a = encode_matrix(tensor_type::f32, 70, 256, 31);
+    const encoded_matrix b = encode_matrix(tensor_type::q8_0, 48, 256, 32);
+    const encoded_matrix c = encode_matrix(tensor_type::q4_k, 33, 256, 33);
+    const matrix_view ws[] = {a.view(), b.view(), c.view()};
+    const auto prep = [](const float* raw, float* x, int t0, int t1) {  // x = 2 * raw + 1, token by token
+        for (int i = t0 * 256; i < t1 * 256; ++i) x[i] = 2.0f * raw[i] + 1.0f;
+    };
+    for (int n_tok : {1, 5, 16}) {
+        const std::vector<float> raw = random_floats(static_cast<size_t>(n_tok * 256), 34);
+        std::vector<float> x(raw.size());
+        prep(raw.data(), x.data(), 0, n_tok);
+        std::vector<std::vector<float>> want;
+        for (const matrix_view& w : ws) {
+            want.emplace_back(static_cast<size_t>(n_tok * w.rows));
+            matmul(w, x.data(), n_tok, want.back().data());
+            for (float& v : want.back()) v = v * 0.5f - 3.0f;
+        }
+        for (int threads : {1, 2, 3}) {
+            omp_set_num_threads(threads);
+            const int64_t forks = core::fork_count(core::parallel_site::matmul);
+            std::vector<float> in(raw.size(), -9.0f);  // garbage until prepared
+            std::vector<std::vector<float>> got;
+            std::vector<float*> ys;
+            for (const matrix_view& w : ws) got.emplace_back(static_cast<size_t>(n_tok * w.rows), -1.0f);
+            for (auto& g : got) ys.push_back(g.data());
+            std::vector<std::atomic<int>> prepared(static_cast<size_t>(n_tok)),
+                finished(static_cast<size_t>(n_tok));
+            matmul_shared_input(
+                ws, ys.data(), 3, in.data(), n_tok,
+                [&](int t0, int t1) {
+                    prep(raw.data(), in.data(), t0, t1);
+                    for (int t = t0; t < t1; ++t) prepared[static_cast<size_t>(t)]++;
+                },
+                [&](int t0, int t1) {
+                    for (int t = t0; t < t1; ++t) {
+                        finished[static_cast<size_t>(t)]++;
+                        for (size_t i = 0; i < got.size(); ++i) {
+                            const auto rows = static_cast<size_t>(ws[i].rows);
+                            for (size_t r = 0; r < rows; ++r) {
+                                float& v = got[i][static_cast<size_t>(t) * rows + r];
+                                v = v * 0.5f - 3.0f;
+                            }
+                        }
+                    }
+                });
+            const std::string what =
+                std::to_string(n_tok) + " tokens, " + std::to_string(threads) + " threads";
+            if (threads > 1) {
+                EXPECT_GT(core::fork_count(core::parallel_site::matmul), forks) << what;
+            }
+            for (int t = 0; t < n_tok; ++t) {
+                EXPECT_EQ(prepared[static_cast<size_t>(t)].load(), 1) << "token " << t << ", " << what;
+                EXPECT_EQ(finished[static_cast<size_t>(t)].load(), 1) << "token " << t << ", " << what;
+            }
+            for (size_t i = 0; i < got.size(); ++i) {
+                EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0)
+                    << "matrix " << i << ", " << what;
             }
         }
     }

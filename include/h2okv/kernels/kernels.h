@@ -101,12 +101,34 @@ size_t row_size(core::tensor_type t, int64_t cols) noexcept;
 // weights (the k-quants) are multiplied as llama.cpp does, with integer dot products against activations
 // rounded to 8 bits per block of 256 (scale max|x| / 127, round half to even): the rounding and the exact
 // sequence of operations per output are defined in src/kernels/q8k.h, and every ISA gives the same bits.
-void matmul(const matrix_view& w, const float* x, int n_tok, float* y) noexcept;
+// Per-token work that a product runs in its own parallel region, so that it costs no region (a fork and join
+// of the threads) of its own: `prepare(t0, t1)` makes tokens [t0, t1) of the input ready (a norm, a residual,
+// an activation) before any row reads them, `finish(t0, t1)` works on those tokens' outputs once every row is
+// done. Each thread takes the share of the tokens it quantises; without a parallel region, one call takes
+// them all. A token's arithmetic is the caller's either way, so the split changes no bit. Holds a pointer to
+// the callable, which must outlive the product (a lambda passed in the call does).
+class token_work {
+public:
+    token_work() = default;
+    template <typename F>
+    token_work(const F& f) noexcept  // NOLINT(google-explicit-constructor): passed as a lambda
+        : ctx_(&f), fn_([](const void* c, int t0, int t1) { (*static_cast<const F*>(c))(t0, t1); }) {}
+    explicit operator bool() const noexcept { return fn_ != nullptr; }
+    void operator()(int t0, int t1) const { fn_(ctx_, t0, t1); }
+
+private:
+    const void* ctx_ = nullptr;
+    void (*fn_)(const void*, int, int) = nullptr;
+};
+
+void matmul(const matrix_view& w, const float* x, int n_tok, float* y, token_work prepare = {},
+            token_work finish = {}) noexcept;
 
 // matmul for n matrices that share the input x (a layer's q, k and v; gate and up): ys[i] = ws[i] x, all of
 // ws[i].cols equal. One parallel region splits the matrices' row blocks, taken one after the other, between
 // the threads, and the k-quants quantise x once. The same bits as n matmul calls.
-void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok) noexcept;
+void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const float* x, int n_tok,
+                         token_work prepare = {}, token_work finish = {}) noexcept;
 
 // Converts `n` elements of a row of type `t` (a matmul_supports type or Q4_1) to f32 (n a whole number of
 // blocks for quantised types). src: the row's bytes.

@@ -363,61 +363,76 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
         for (size_t t = 0; t < un; ++t)
             kernels::rope_rotation(hp.rope_specs[r], b.positions[t], &rope_cs_[(r * un + t) * rd]);
     }
+    // The per-token work between the products runs inside the products' parallel regions (token_work): each
+    // product prepares its input's tokens or finishes its outputs' on the threads' shares of the tokens, so a
+    // layer forks once per product and once for attention. The residual of a layer's FFN is added as the next
+    // layer prepares its input (after the last layer, on its own).
+    // x[t] += proj[t], proj[t] first normed by post (none when empty).
+    const auto add_residual = [&](size_t t, const std::vector<float>& post) {
+        float* x = &x_[t * embd];
+        const float* p = &proj_[t * embd];
+        post_norm(&proj_[t * embd], 1, post, hp.rms_eps);
+        for (size_t i = 0; i < embd; ++i) x[i] += p[i];
+    };
     for (const layer& ly : layers_) {
         const int l = static_cast<int>(&ly - layers_.data());
         const kernels::rope_spec& rs = hp.rope(l);
         const float* cs_base =
             &rope_cs_[static_cast<size_t>(hp.layer_rope[static_cast<size_t>(l)]) * un * rd];
-        for_each_token(un, embd, [&](size_t t) {
-            kernels::rmsnorm(&x_[t * embd], ly.attn_norm.data(), static_cast<int>(embd), hp.rms_eps,
-                             &xn_[t * embd]);
-        });
+        const layer* prev = l > 0 ? &layers_[static_cast<size_t>(l - 1)] : nullptr;
         const kernels::matrix_view qkv[] = {ly.wq, ly.wk, ly.wv};
         float* const qkv_out[] = {q_.data(), k_.data(), v_.data()};
-        kernels::matmul_shared_input(qkv, qkv_out, 3, xn_.data(), n);
-        for_each_token(un, q_dim + 2 * kv_dim, [&](size_t t) {
-            float* q = &q_[t * q_dim];
-            float* k = &k_[t * kv_dim];
-            add_bias(q, ly.bq, 1);
-            add_bias(k, ly.bk, 1);
-            add_bias(&v_[t * kv_dim], ly.bv, 1);
-            head_norm(q, static_cast<size_t>(hp.n_head), ly.q_norm, hp.rms_eps);
-            head_norm(k, static_cast<size_t>(hp.n_kv_head), ly.k_norm, hp.rms_eps);
-            const float* cs = cs_base + t * rd;
-            kernels::rope_apply(q, hp.n_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
-            kernels::rope_apply(k, hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
-            const float temp = hp.query_temperature(b.positions[t]);
-            if (temp != 1.0f) {
-                for (size_t i = 0; i < q_dim; ++i) q[i] *= temp;
-            }
-        });
+        kernels::matmul_shared_input(
+            qkv, qkv_out, 3, xn_.data(), n,
+            [&](int t0, int t1) {
+                for (auto t = static_cast<size_t>(t0); t < static_cast<size_t>(t1); ++t) {
+                    if (prev != nullptr) add_residual(t, prev->ffn_post_norm);
+                    kernels::rmsnorm(&x_[t * embd], ly.attn_norm.data(), static_cast<int>(embd), hp.rms_eps,
+                                     &xn_[t * embd]);
+                }
+            },
+            [&](int t0, int t1) {
+                for (auto t = static_cast<size_t>(t0); t < static_cast<size_t>(t1); ++t) {
+                    float* q = &q_[t * q_dim];
+                    float* k = &k_[t * kv_dim];
+                    add_bias(q, ly.bq, 1);
+                    add_bias(k, ly.bk, 1);
+                    add_bias(&v_[t * kv_dim], ly.bv, 1);
+                    head_norm(q, static_cast<size_t>(hp.n_head), ly.q_norm, hp.rms_eps);
+                    head_norm(k, static_cast<size_t>(hp.n_kv_head), ly.k_norm, hp.rms_eps);
+                    const float* cs = cs_base + t * rd;
+                    kernels::rope_apply(q, hp.n_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
+                    kernels::rope_apply(k, hp.n_kv_head, hp.head_dim, hp.rope_dim, cs, rs.pairing);
+                    const float temp = hp.query_temperature(b.positions[t]);
+                    if (temp != 1.0f) {
+                        for (size_t i = 0; i < q_dim; ++i) q[i] *= temp;
+                    }
+                }
+            });
         H2OKV_RETURN_IF_ERROR(attn.attend(l, n, q_.data(), k_.data(), v_.data(), att_.data()));
         kernels::matmul(ly.wo, att_.data(), n, proj_.data());
-        for_each_token(un, 3 * embd, [&](size_t t) {
-            float* x = &x_[t * embd];
-            const float* p = &proj_[t * embd];
-            post_norm(&proj_[t * embd], 1, ly.attn_post_norm, hp.rms_eps);
-            for (size_t i = 0; i < embd; ++i) x[i] += p[i];
-            kernels::rmsnorm(x, ly.ffn_norm.data(), static_cast<int>(embd), hp.rms_eps, &xn_[t * embd]);
-        });
         const kernels::matrix_view gate_up[] = {ly.w_gate, ly.w_up};
         float* const gate_up_out[] = {gate_.data(), up_.data()};
-        kernels::matmul_shared_input(gate_up, gate_up_out, 2, xn_.data(), n);
-        for_each_token(un, 4 * ff, [&](size_t t) {
-            if (opt_.glu == glu_kind::gelu_tanh) {
-                kernels::gelu_tanh_glu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
-            } else {
-                kernels::swiglu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
+        kernels::matmul_shared_input(gate_up, gate_up_out, 2, xn_.data(), n, [&](int t0, int t1) {
+            for (auto t = static_cast<size_t>(t0); t < static_cast<size_t>(t1); ++t) {
+                add_residual(t, ly.attn_post_norm);
+                kernels::rmsnorm(&x_[t * embd], ly.ffn_norm.data(), static_cast<int>(embd), hp.rms_eps,
+                                 &xn_[t * embd]);
             }
         });
-        kernels::matmul(ly.w_down, gate_.data(), n, proj_.data());
-        for_each_token(un, 2 * embd, [&](size_t t) {
-            float* x = &x_[t * embd];
-            const float* p = &proj_[t * embd];
-            post_norm(&proj_[t * embd], 1, ly.ffn_post_norm, hp.rms_eps);
-            for (size_t i = 0; i < embd; ++i) x[i] += p[i];
+        kernels::matmul(ly.w_down, gate_.data(), n, proj_.data(), [&](int t0, int t1) {
+            for (auto t = static_cast<size_t>(t0); t < static_cast<size_t>(t1); ++t) {
+                if (opt_.glu == glu_kind::gelu_tanh) {
+                    kernels::gelu_tanh_glu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff),
+                                           &gate_[t * ff]);
+                } else {
+                    kernels::swiglu(&gate_[t * ff], &up_[t * ff], static_cast<int>(ff), &gate_[t * ff]);
+                }
+            }
         });
     }
+    if (!layers_.empty())
+        for_each_token(un, 2 * embd, [&](size_t t) { add_residual(t, layers_.back().ffn_post_norm); });
     out_rows_.clear();
     for (size_t t = 0; t < b.output.size(); ++t) {
         if (b.output[t] != 0) out_rows_.push_back(t);
