@@ -365,9 +365,9 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
     }
     // The per-token work between the products runs inside the products' parallel regions (token_work): each
     // product prepares its input's tokens or finishes its outputs' on the threads' shares of the tokens, so a
-    // layer forks once per product and once for attention. The residual of a layer's FFN is added as the next
-    // layer prepares its input (after the last layer, on its own).
-    // x[t] += proj[t], proj[t] first normed by post (none when empty).
+    // layer forks once per product and for attention's stages only. The residual of a layer's FFN is added as
+    // the next layer prepares its input (after the last layer, on its own). x[t] += proj[t], proj[t] first
+    // normed by post (none when empty).
     const auto add_residual = [&](size_t t, const std::vector<float>& post) {
         float* x = &x_[t * embd];
         const float* p = &proj_[t * embd];
