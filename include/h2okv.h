@@ -126,11 +126,11 @@ typedef struct h2okv_policy h2okv_policy;
 
 // Creates a policy from a spec string, "NAME[:key=value,...]": "h2o:budget=0.2,decay=0.98",
 // "streaming:budget=256,sinks=4", "h2o:budget=512,recent=256,granularity=model". Keys: budget (a token count
-// "256", or a fraction of run_length "0.2"), recent, sinks, decay, granularity (head | layer | model),
-// positions (original | rolling), and the policy's own parameters (h2okv_policy_catalog). Defaults and
-// validation are the contract's (docs/EVICTION_CONTRACT.md); an unknown name or key is refused with the list
-// of valid ones. run_length: the tokens the run will process (resolves a fractional budget), 1 to
-// max_positions.
+// "256", or a fraction of run_length "0.2"), recent, sinks, decay, granularity (head | layer | model;
+// default: the policy's, layer for tova, head for the others), positions (original | rolling), and the
+// policy's own parameters (h2okv_policy_catalog). Defaults and validation are the contract's
+// (docs/EVICTION_CONTRACT.md); an unknown name or key is refused with the list of valid ones. run_length: the
+// tokens the run will process (resolves a fractional budget), 1 to max_positions.
 H2OKV_API h2okv_status h2okv_policy_create(const char* spec, const h2okv_policy_layout* layout,
                                            int64_t run_length, h2okv_policy** out);
 H2OKV_API void h2okv_policy_free(h2okv_policy* policy);
@@ -139,7 +139,8 @@ H2OKV_API void h2okv_policy_free(h2okv_policy* policy);
 H2OKV_API const char* h2okv_policy_catalog(void);
 
 // The configuration the policy runs with, defaults applied and the budget resolved, as a spec string that
-// h2okv_policy_create reads back: "h2o:budget=51,recent=25,sinks=0,granularity=head,decay=0.98".
+// h2okv_policy_create reads back: "h2o:budget=51,recent=25,sinks=0,decay=0.98,granularity=layer" (the
+// granularity only where it is not the policy's default).
 H2OKV_API const char* h2okv_policy_config(const h2okv_policy* policy);
 // 1 when the policy reads attention rows (h2okv_policy_add_row); 0 for full, window, streaming and the
 // key-scoring policies, whose engines compute no rows.

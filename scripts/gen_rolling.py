@@ -93,9 +93,10 @@ def comparison_section(rows, lines):
                                                  f"{100 * (r['perplexity'] / ref['perplexity'] - 1):+.1f} %"]
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     lines.append("")
-    if "tova (layer)" in by:
-        lines.append("tova: the last query's weights per KV head; tova (layer): as TOVA's paper scores, the weights "
-                     "averaged over a layer's heads, which then keep one set (`--kv-granularity layer`).\n")
+    if "tova (head)" in by:
+        lines.append("tova: as TOVA's paper scores, the last query's weights averaged over a layer's heads, which "
+                     "then keep one set (its default granularity, layer); tova (head): each KV head scores and keeps "
+                     "its own set (`--kv-granularity head`).\n")
 
 
 def stream_section(rows, lines, img_dir):

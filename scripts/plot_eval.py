@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 # The display order of policy labels; labels not listed (a policy added to the registry later) follow, sorted.
-POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova", "tova (layer)", "scissorhands", "keyformer",
+POLICY_ORDER = ["full", "window", "streaming", "h2o", "h2o+decay", "tova", "tova (head)", "scissorhands", "keyformer",
                 "snapkv", "l2norm", "keydiff"]
 
 
@@ -36,7 +36,7 @@ def load(path):
 
 def label(row):
     """A short policy label: h2o with decay < 1 gets its own curve, and so does a granularity other than the
-    default per KV head (TOVA's paper averages a layer's heads: tova (layer))."""
+    policy's default (the spec names it then: tova, whose default is layer, per KV head is tova (head))."""
     name = row["policy_name"]
     if name == "h2o" and "decay=" in row["policy"] and "decay=1," not in row["policy"] + ",":
         name = "h2o+decay"

@@ -30,9 +30,9 @@ stories=models/stories260K.gguf
 eval5m=$shared/models/h2o-eval-5M/h2o-eval-llama-5M.gguf
 tiny_text=$shared/data/tinystories/tinystories_val_head.txt
 held_out=$shared/data/moby-dick/moby_dick.txt
-# tova twice: per KV head (h2okv's default granularity) and as its paper scores, a layer's heads averaged so
-# they keep one set (granularity layer; kvpress's TOVAPress, reviewed by a TOVA author, does the same).
-policies=(window streaming:sinks=4 h2o h2o:decay=0.98 tova tova:granularity=layer)
+# tova twice: as its paper scores, a layer's heads averaged so they keep one set (its default granularity,
+# layer; kvpress's TOVAPress, reviewed by a TOVA author, does the same), and per KV head (granularity head).
+policies=(window streaming:sinks=4 h2o h2o:decay=0.98 tova tova:granularity=head)
 # The comparison also runs the rest of the policy family (the registry's other evicting policies).
 family=(scissorhands keyformer snapkv l2norm keydiff)
 

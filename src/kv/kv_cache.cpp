@@ -110,7 +110,7 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
     }
     // Per unit: the attended slot list (int32 per slot); when the policy reads attention, the score rows of
     // one layer's units (double per slot).
-    const int64_t rows = pf.needs_attention ? rows_in_flight(hp, pp.gran) : 0;
+    const int64_t rows = pf.needs_attention ? rows_in_flight(hp, policy::granularity_of(pp)) : 0;
     fp.table_bytes += pf.table_bytes + pf.total_slots() * 4 + 4 * pf.n_units + pf.capacity * 8 * rows;
     // A policy that keeps its own copy of the keys (f32), sized by its largest unit.
     fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
@@ -149,7 +149,7 @@ result<int64_t> kv_cache::budget_for_bytes(const model::hparams& hp, const polic
         policy::params w;
         w.name = "window";
         w.budget = policy::budget_spec::count(budget);
-        w.gran = pp.gran;
+        w.gran = policy::granularity_of(pp);
         return plan(hp, w, max_chunk, n_ctx, run_length, type);
     };
     // What no budget changes (a KV type the head_dim cannot hold, a model with no global layer) is refused
@@ -236,7 +236,8 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
         for (size_t u = 0; u < units; ++u)
             c->attended_[u].reserve(static_cast<size_t>(c->policy_->capacity(static_cast<int>(u))));
         if (c->policy_->needs_attention()) {
-            c->rows_.assign(static_cast<size_t>(rows_in_flight(hp, pp.gran)), std::vector<double>(cap, 0.0));
+            c->rows_.assign(static_cast<size_t>(rows_in_flight(hp, c->policy_->config().gran)),
+                            std::vector<double>(cap, 0.0));
         }
         if (c->policy_->config().positions == policy::position_mode::rolling) {
             c->rolling_ = true;

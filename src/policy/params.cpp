@@ -245,7 +245,7 @@ std::string params::to_string() const {
     if (recent) items.push_back(fmt::format("recent={}", *recent));
     if (sinks) items.push_back(fmt::format("sinks={}", *sinks));
     if (decay) items.push_back(fmt::format("decay={}", *decay));
-    if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
+    if (gran) items.push_back(fmt::format("granularity={}", granularity_name(*gran)));
     if (positions != position_mode::original) items.emplace_back("positions=rolling");
     for (const auto& [key, value] : extra) items.push_back(fmt::format("{}={}", key, value));
     if (schedule != budget_schedule::uniform)
@@ -270,10 +270,12 @@ std::string resolved_params::to_string() const {
         items.push_back(fmt::format("sinks={}", sinks));
         if (decay != 1.0) items.push_back(fmt::format("decay={}", decay));
     }
-    if (gran != granularity::head) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
-    if (positions != position_mode::original) items.emplace_back("positions=rolling");
-    // The policy's own parameters where they differ from its defaults (parse restores the defaults).
+    // The granularity and the policy's own parameters where they differ from its defaults (parse restores
+    // the defaults).
     const detail::policy_entry* entry = detail::find_policy(name);
+    if (gran != (entry == nullptr ? granularity::head : entry->gran))
+        items.push_back(fmt::format("granularity={}", granularity_name(gran)));
+    if (positions != position_mode::original) items.emplace_back("positions=rolling");
     for (const auto& [key, value] : extra) {
         bool is_default = false;
         if (entry != nullptr) {

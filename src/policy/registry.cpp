@@ -135,6 +135,7 @@ policy_facts facts(const policy_entry& e) {
     f.defaults = e.defaults;
     f.evicts = e.evicts;
     f.source = e.source;
+    f.gran = e.gran;
     for (const char* s : e.sweep) f.sweep.emplace_back(s);
     for (const extra_param_def& x : e.extra) f.extra.push_back({x.name, x.default_value, x.help});
     return f;
@@ -159,6 +160,12 @@ result<policy_facts> facts_of(std::string_view name) {
 bool policy_evicts(std::string_view name) {
     const policy_entry* e = detail::find_policy(name);
     return e == nullptr || e->evicts;
+}
+
+granularity granularity_of(const params& p) {
+    if (p.gran) return *p.gran;
+    const policy_entry* e = detail::find_policy(p.name);
+    return e == nullptr ? granularity::head : e->gran;
 }
 
 std::vector<std::string> default_sweep() {
@@ -201,7 +208,7 @@ result<std::vector<int64_t>> unit_budgets(const params& p, const resolved_params
                 "x budget); got {}",
                 base.name, r);
         }
-        if (p.gran == granularity::model) {
+        if (base.gran == granularity::model) {
             return invalid_argument(
                 "{}: schedule=pyramid varies budgets across layers, but granularity=model has one unit for "
                 "all of them; use granularity head or layer",
@@ -229,7 +236,7 @@ result<std::vector<int64_t>> unit_budgets(const params& p, const resolved_params
                 "{}: {} shares given, but granularity={} has {} units ({} layers x {} KV heads under head, "
                 "one "
                 "per layer under layer); a calibration is for one model and one granularity",
-                base.name, p.shares.size(), granularity_name(p.gran), n_units, l.n_layer, l.n_kv_head);
+                base.name, p.shares.size(), granularity_name(base.gran), n_units, l.n_layer, l.n_kv_head);
         }
         for (size_t u = 0; u < p.shares.size(); ++u) {
             if (!(p.shares[u] > 0.0 && std::isfinite(p.shares[u]))) {
@@ -289,18 +296,18 @@ status allocate(const policy_entry& entry, const params& given, const layout& l,
     config.decays = given.decays;
     H2OKV_RETURN_IF_ERROR(check_per_layer(entry.name, "recents", given.recents, l));
     H2OKV_RETURN_IF_ERROR(check_per_layer(entry.name, "decays", given.decays, l));
-    if ((!given.recents.empty() || !given.decays.empty()) && given.gran == granularity::model &&
+    if ((!given.recents.empty() || !given.decays.empty()) && config.gran == granularity::model &&
         l.n_layer > 1) {
         return invalid_argument(
             "{}: recents and decays are per layer, but granularity=model has one unit for "
             "all layers; use granularity head or layer",
             entry.name);
     }
-    const int n_units = units_of(given.gran, l);
+    const int n_units = units_of(config.gran, l);
     H2OKV_ASSIGN_OR_RETURN(const std::vector<int64_t> budgets, unit_budgets(given, config, l, n_units));
-    const int per_layer = given.gran == granularity::model ? 1 : n_units / l.n_layer;
+    const int per_layer = config.gran == granularity::model ? 1 : n_units / l.n_layer;
     for (int u = 0; u < n_units; ++u) {
-        const auto layer = static_cast<size_t>(given.gran == granularity::model ? 0 : u / per_layer);
+        const auto layer = static_cast<size_t>(config.gran == granularity::model ? 0 : u / per_layer);
         params pu = given;
         pu.budget = budget_spec::count(budgets[static_cast<size_t>(u)]);
         if (!given.recents.empty()) {
@@ -359,7 +366,7 @@ result<std::unique_ptr<kv_policy>> kv_policy::make(const params& p, const layout
     H2OKV_ASSIGN_OR_RETURN(resolved_params config, entry->resolve(given, run_length));
     for (const extra_param_def& x : entry->extra) config.extra.emplace(x.name, given.extra.at(x.name));
     config.name = entry->name;
-    config.gran = p.gran;
+    config.gran = granularity_of(p);
     // Nothing moves in a cache that never evicts: its ranks are its positions.
     config.positions = config.budget > 0 ? p.positions : position_mode::original;
     H2OKV_RETURN_IF_ERROR(allocate(*entry, given, l, run_length, config));

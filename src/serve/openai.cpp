@@ -171,9 +171,9 @@ opt_error read_unit_list(const json& kv, const char* key, double lo, bool lo_ope
 }
 
 // kv_cache.KEY: a name that `parse` turns into out (a granularity, position mode, schedule, KV type); its
-// refusal becomes the field's 400. Absent: out is left as it is.
-template <typename T>
-opt_error read_named(const json& kv, const char* key, result<T> (*parse)(std::string_view), T& out) {
+// refusal becomes the field's 400. Absent: out (a T or a std::optional<T>) is left as it is.
+template <typename T, typename Out>
+opt_error read_named(const json& kv, const char* key, result<T> (*parse)(std::string_view), Out& out) {
     const std::string param = std::string("kv_cache.") + key;
     std::optional<std::string> name;
     if (auto e = read_string(kv, key, param, name)) return e;

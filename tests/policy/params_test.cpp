@@ -299,7 +299,7 @@ TEST(policy_params, ParsesTheDocumentedExample) {
     ASSERT_TRUE(bare.ok());
     EXPECT_EQ(bare->name, "tova");
     EXPECT_FALSE(bare->budget.has_value());
-    EXPECT_EQ(bare->gran, granularity::head);
+    EXPECT_FALSE(bare->gran.has_value()) << "left out: the policy's default";
     auto spaced = params::parse(" h2o : budget = 0.2 , recent = 3 ");
     ASSERT_TRUE(spaced.ok()) << spaced.error().to_string();
     EXPECT_EQ(spaced->budget, budget_spec::of_length(0.2));
@@ -320,7 +320,7 @@ TEST(policy_params, SpecStringRoundTrips) {
         if (rng() % 2) p.recent = static_cast<int64_t>(rng() % 1000) - 10;
         if (rng() % 2) p.sinks = static_cast<int64_t>(rng() % 10);
         if (rng() % 2) p.decay = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-        p.gran = static_cast<granularity>(rng() % 3);
+        if (rng() % 4) p.gran = static_cast<granularity>(rng() % 3);
         if (rng() % 2) p.positions = policy::position_mode::rolling;
         const std::string text = p.to_string();
         auto back = params::parse(text);
@@ -335,12 +335,35 @@ TEST(policy_params, ResolvedSpecCreatesTheSameConfiguration) {
     for (const std::string spec :
          {"full", "full:granularity=model", "window:budget=16", "streaming:budget=16",
           "streaming:budget=16,sinks=2,recent=5", "h2o:budget=16,decay=0.5,sinks=1",
-          "h2o:budget=0.1,granularity=layer", "tova:budget=16,recent=3"}) {
+          "h2o:budget=0.1,granularity=layer", "tova:budget=16,recent=3", "tova:budget=16,granularity=head",
+          "tova:budget=16,granularity=model"}) {
         const resolved_params r = must_resolve(spec);
         EXPECT_EQ(must_resolve(r.to_string()), r) << spec << " -> " << r.to_string();
     }
     EXPECT_EQ(must_resolve("h2o:budget=256,recent=192,decay=0.98,sinks=0,granularity=layer").to_string(),
               "h2o:budget=256,recent=192,sinks=0,decay=0.98,granularity=layer");
+}
+
+// tova's paper averages a layer's heads, so tova defaults to granularity layer; every other built-in to head.
+// A granularity given explicitly wins, and the resolved spec names it only where it is not the default.
+TEST(policy_params, GranularityDefaultsToThePolicys) {
+    for (const policy::policy_facts& f : policy::policy_catalog()) {
+        EXPECT_EQ(f.gran, f.name == "tova" ? granularity::layer : granularity::head) << f.name;
+        params p;
+        p.name = f.name;
+        EXPECT_EQ(policy::granularity_of(p), f.gran) << f.name;
+        p.gran = granularity::model;
+        EXPECT_EQ(policy::granularity_of(p), granularity::model) << f.name;
+    }
+    EXPECT_EQ(must_resolve("tova:budget=16").gran, granularity::layer);
+    EXPECT_EQ(must_resolve("tova:budget=16").to_string(), "tova:budget=16,recent=0,sinks=0,decay=0");
+    EXPECT_EQ(must_resolve("tova:budget=16,granularity=head").gran, granularity::head);
+    EXPECT_EQ(must_resolve("tova:budget=16,granularity=head").to_string(),
+              "tova:budget=16,recent=0,sinks=0,decay=0,granularity=head");
+    EXPECT_EQ(must_resolve("h2o:budget=16").gran, granularity::head);
+    params unknown;
+    unknown.name = "no_such_policy";
+    EXPECT_EQ(policy::granularity_of(unknown), granularity::head);
 }
 
 TEST(policy_budget, ParseCountsAndFractions) {

@@ -94,7 +94,7 @@ std::string numpy_flags(const run_config& c) {
     auto p = policy::params::parse(c.policy);
     EXPECT_TRUE(p.ok());
     std::string f = " --policy " + p->name + " --chunk " + std::to_string(c.chunk) + " --granularity " +
-                    policy::granularity_name(p->gran) + " --kv-type " + c.kv_type;
+                    policy::granularity_name(policy::granularity_of(*p)) + " --kv-type " + c.kv_type;
     if (p->budget) f += " --budget " + p->budget->to_string();
     if (p->recent) f += " --recent " + std::to_string(*p->recent);
     if (p->sinks) f += " --sinks " + std::to_string(*p->sinks);

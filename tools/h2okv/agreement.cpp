@@ -141,7 +141,7 @@ int run_agreement(const agreement_options& o) {
                 {"policy_spec", spec},
                 {"policy_name", sp.kv.name},
                 {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
-                {"granularity", policy::granularity_name(sp.kv.gran)},
+                {"granularity", policy::granularity_name(policy::granularity_of(sp.kv))},
                 {"kv_type", kv::kv_type_name(sp.kv_type)},
                 {"reference_kv_type", kv::kv_type_name(reference.value_or(sp.kv_type))},
                 {"prefill_chunk", sp.prefill_chunk},

@@ -76,8 +76,9 @@ void kv_options::add_to(CLI::App& cmd) {
     cmd.add_option("--kv-recent", recent, "Most recent tokens protected from eviction (default: per policy)");
     cmd.add_option("--kv-sinks", sinks, "First positions protected from eviction (default: per policy)");
     cmd.add_option("--kv-decay", decay, "Score decay per query position, in (0, 1] (h2o; default 1)");
-    cmd.add_option("--kv-granularity", granularity, "One kept set per: head, layer or model")
-        ->capture_default_str();
+    cmd.add_option("--kv-granularity", granularity,
+                   "One kept set per: head, layer or model (default: the policy's; layer for tova, as its "
+                   "paper averages a layer's heads, head for the others)");
     cmd.add_option("--kv-positions", positions,
                    "RoPE positions of cached tokens: original (their place in the text) or rolling (their "
                    "place in the cache, 0..k-1, so evicting policies stream past the trained context)")
@@ -207,20 +208,23 @@ result<policy::params> kv_options::to_params() const {
         }
         p.extra = parsed->extra;
     }
-    auto g = policy::parse_granularity(granularity);
-    if (!g.ok()) return g.error().with_context("--kv-granularity");
-    p.gran = *g;
+    if (!granularity.empty()) {
+        auto g = policy::parse_granularity(granularity);
+        if (!g.ok()) return g.error().with_context("--kv-granularity");
+        p.gran = *g;
+    }
     auto m = policy::parse_position_mode(positions);
     if (!m.ok()) return m.error().with_context("--kv-positions");
     p.positions = *m;
     if (config) {
-        if (config->gran != p.gran) {
+        if (p.gran && *p.gran != config->gran) {
             return invalid_argument(
                 "--kv-config '{}' was calibrated for granularity {}, but --kv-granularity is {}; give "
-                "--kv-granularity {}",
-                config_path, policy::granularity_name(config->gran), policy::granularity_name(p.gran),
+                "--kv-granularity {} or leave it out",
+                config_path, policy::granularity_name(config->gran), policy::granularity_name(*p.gran),
                 policy::granularity_name(config->gran));
         }
+        p.gran = config->gran;
         if (p.schedule != policy::budget_schedule::uniform && !config->shares.empty()) {
             return invalid_argument(
                 "--kv-schedule and --kv-config's shares both set the units' budgets; give one");
@@ -338,7 +342,7 @@ result<std::vector<engine::session_params>> sweep_options::runs(const kv_options
     for (const auto& spec : policies) {
         auto p = policy::params::parse(spec);
         if (!p.ok()) return p.error().with_context("--sweep-policies");
-        if (spec.find("granularity=") == std::string::npos) p->gran = base.kv.gran;
+        if (!p->gran) p->gran = base.kv.gran;
         if (spec.find("positions=") == std::string::npos) p->positions = base.kv.positions;
         // The KV flags' allocation (--kv-schedule, --kv-config) applies to every spec without its own.
         const bool own_allocation = p->schedule != policy::budget_schedule::uniform || !p->shares.empty() ||

@@ -38,7 +38,7 @@ struct kv_options {
     std::optional<int64_t> sinks;
     std::optional<double> decay;
     std::vector<std::string> policy_params;  // --kv-param NAME=VALUE: the policy's own parameters
-    std::string granularity = "head";
+    std::string granularity;                 // empty: the policy's default (policy_facts::gran)
     std::string positions = "original";
     int prefill_chunk = 512;
     std::string kv_type = "f16";
@@ -107,8 +107,8 @@ struct sweep_options {
 
     void add_to(CLI::App& cmd);
     bool active() const;  // after parsing: --sweep or either list given
-    // The runs: the KV flags' policy alone, or the grid (`full` once; specs without granularity= take the
-    // flags' granularity).
+    // The runs: the KV flags' policy alone, or the grid (`full` once; a spec without granularity= takes
+    // --kv-granularity when it is given, else its policy's default).
     result<std::vector<engine::session_params>> runs(const kv_options& kv, int64_t n_ctx) const;
 
 private:

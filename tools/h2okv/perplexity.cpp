@@ -97,7 +97,7 @@ int run_perplexity(const perplexity_options& o) {
                                 {"policy_name", sp.kv.name},
                                 {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
                                 {"budget", budget},
-                                {"granularity", policy::granularity_name(sp.kv.gran)},
+                                {"granularity", policy::granularity_name(policy::granularity_of(sp.kv))},
                                 {"positions", policy::position_mode_name(r->config.positions)},
                                 {"kv_type", kv::kv_type_name(sp.kv_type)},
                                 {"chunk", o.kv.prefill_chunk},

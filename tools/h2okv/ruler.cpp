@@ -147,7 +147,7 @@ int run_ruler(ruler_options& o) {
                     {"policy_name", sp.kv.name},
                     {"budget_spec", sp.kv.budget ? sp.kv.budget->to_string() : ""},
                     {"budget", t.budget},
-                    {"granularity", policy::granularity_name(sp.kv.gran)},
+                    {"granularity", policy::granularity_name(policy::granularity_of(sp.kv))},
                     {"kv_type", kv::kv_type_name(sp.kv_type)},
                     {"prefill_chunk", sp.prefill_chunk},
                     {"threads", omp_get_max_threads()},

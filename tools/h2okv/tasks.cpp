@@ -80,7 +80,7 @@ int run_tasks(const tasks_options& o) {
                                 {"policy_name", sp->kv.name},
                                 {"budget_spec", budget_spec},
                                 {"mean_budget", r->mean_budget},
-                                {"granularity", policy::granularity_name(sp->kv.gran)},
+                                {"granularity", policy::granularity_name(policy::granularity_of(sp->kv))},
                                 {"kv_type", kv::kv_type_name(sp->kv_type)},
                                 {"chunk", sp->prefill_chunk},
                                 {"n_ctx", o.model.n_ctx},

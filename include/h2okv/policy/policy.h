@@ -86,7 +86,8 @@ struct params {
     std::optional<int64_t> recent;
     std::optional<int64_t> sinks;
     std::optional<double> decay;
-    granularity gran = granularity::head;
+    // Unset: the policy's own default (policy_facts::gran; granularity_of applies it).
+    std::optional<granularity> gran;
     position_mode positions = position_mode::original;  // ignored by `full` (nothing moves)
     // The policy's own parameters (policy_facts::extra names them): "keyformer:tau=0.5,seed=7".
     std::map<std::string, double, std::less<>> extra;
@@ -181,6 +182,9 @@ struct policy_facts {
     std::string defaults;  // one line: its defaults of budget, recent, sinks and decay
     bool evicts = true;    // false: keeps every token, its capacity is the context length (`full`)
     score_source source = score_source::none;  // with default parameters
+    // Its default granularity: head for every built-in but tova, whose paper averages a layer's heads
+    // (layer).
+    granularity gran = granularity::head;
     // Spec strings the default --sweep-policies of the evaluation commands include (may be empty).
     std::vector<std::string> sweep;
     std::vector<extra_param> extra;
@@ -195,6 +199,8 @@ std::vector<std::string> default_sweep();
 // Whether the policy named `name` evicts (policy_facts::evicts); true for a name no policy has, which
 // kv_policy::create refuses anyway.
 bool policy_evicts(std::string_view name);
+// The granularity `p` runs with: its own, else its policy's default (head for a name no policy has).
+granularity granularity_of(const params& p);
 
 namespace detail {
 struct unit_table;  // one unit's slot table (src/policy/unit_table.h)

@@ -61,6 +61,7 @@ struct policy_entry {
     const char* defaults = "";  // one line: the defaults of budget, recent, sinks, decay
     bool evicts = true;
     score_source source = score_source::none;  // with default parameters
+    granularity gran = granularity::head;      // when params::gran is unset
     std::span<const char* const> sweep = {};   // default sweep members (spec strings)
     std::span<const extra_param_def> extra = {};
 };

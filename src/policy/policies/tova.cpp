@@ -1,7 +1,8 @@
 // tova (Token Omission Via Attention): evicts the evictable token the latest query attended least. It is h2o
 // with the decay forced to 0, so a score is the last row's increment; a null row keeps the previous scores.
 // Paper: Oren et al., "Transformers are Multi-State RNNs" (2024); it averages the weights over a layer's
-// heads, which keep one set: granularity layer (the default here, head, gives each KV head its own set).
+// heads, which keep one set, so its default granularity is layer (granularity=head gives each KV head its
+// own set; docs/RESULTS.md, "Rolling positions", compares the two).
 #include "policy/builtin_scorers.h"
 #include "policy/registry.h"
 
@@ -29,13 +30,15 @@ constexpr const char* k_sweep[] = {"tova"};
 
 }  // namespace
 
-extern const policy_entry tova_entry{.name = "tova",
-                                     .summary = "evicts the token the latest query attended least",
-                                     .resolve = &resolve,
-                                     .make = &make_policy<accumulated_attention>,
-                                     .defaults = "recent = 0, sinks = 0, decay forced to 0",
-                                     .source = score_source::attention,
-                                     .sweep = k_sweep,
-                                     .extra = k_extra};
+extern const policy_entry tova_entry{
+    .name = "tova",
+    .summary = "evicts the token the latest query attended least",
+    .resolve = &resolve,
+    .make = &make_policy<accumulated_attention>,
+    .defaults = "recent = 0, sinks = 0, decay forced to 0, granularity layer",
+    .source = score_source::attention,
+    .gran = granularity::layer,
+    .sweep = k_sweep,
+    .extra = k_extra};
 
 }  // namespace h2okv::policy::detail

@@ -190,6 +190,39 @@ TEST(CalibrateCli, WritesAConfigurationThatPerplexityRunsExactly) {
     }
 }
 
+// A run's granularity: --kv-granularity when given, else the --kv-config's, else the policy's default (layer
+// for tova, head for the others); a sweep spec's own granularity= wins over all of them.
+TEST(CalibrateCli, GranularityComesFromTheFlagsTheConfigurationOrThePolicy) {
+    const std::string text = text_file();
+    const std::string cfg = scratch("head_cfg.json").string();
+    std::ofstream(cfg) << "{\"format\": \"h2okv-kv-config\", \"version\": 1, \"n_layer\": 5, "
+                          "\"n_kv_head\": 4, \"policy\": \"h2o\", \"budget\": \"0.2\"}";
+    const auto grans = [&](const std::string& flags) {
+        const std::string jsonl = scratch("gran.jsonl").string();
+        fs::remove(jsonl);
+        int rc = 0;
+        const std::string out = run_command(
+            kCli + " perplexity -f " + text + " --max-tokens 48 " + flags + " --jsonl " + jsonl + " 2>&1",
+            &rc);
+        EXPECT_EQ(rc, 0) << flags << ": " << out;
+        std::vector<std::string> g;
+        std::ifstream f(jsonl);
+        for (std::string line; std::getline(f, line);)
+            g.push_back(nlohmann::json::parse(line)["granularity"].get<std::string>());
+        return g;
+    };
+    using v = std::vector<std::string>;
+    EXPECT_EQ(grans("--kv-policy tova --kv-budget 0.2"), v{"layer"});
+    EXPECT_EQ(grans("--kv-policy h2o --kv-budget 0.2"), v{"head"});
+    EXPECT_EQ(grans("--kv-policy tova --kv-budget 0.2 --kv-granularity head"), v{"head"});
+    EXPECT_EQ(grans("--kv-policy tova --kv-config " + cfg), v{"head"});
+    EXPECT_EQ(grans("--sweep-policies tova tova:granularity=head h2o --sweep-budgets 0.2"),
+              (v{"layer", "head", "head"}));
+    EXPECT_EQ(
+        grans("--sweep-policies tova tova:granularity=head h2o --sweep-budgets 0.2 --kv-granularity model"),
+        (v{"model", "head", "model"}));
+}
+
 TEST(CalibrateCli, PyramidScheduleGivesRealPerLayerCapacities) {
     const std::string text = text_file();
     const std::string jsonl = scratch("pyramid.jsonl").string();
