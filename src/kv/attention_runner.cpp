@@ -22,6 +22,9 @@ constexpr int64_t k_commit_min_work = 16384;
 constexpr int64_t k_store_min_work = 4096;
 // Heads summed in one pass over a unit's slots.
 constexpr int max_unit_heads = 64;
+// attention_runner::fused_: the commit sums the heads' weights into the row; the kernel sums them; the kernel
+// sums them and the item hands the row to the policy.
+constexpr uint8_t k_row_apart = 0, k_row_summed = 1, k_row_handed = 2;
 
 // row[slots[j]] += heads[0][j], then heads[1][j], ... for j < n.
 void add_heads(double* row, const int32_t* slots, int n, const float* const* heads, int n_heads) {
@@ -186,8 +189,11 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
         for (int qi = q0; qi < q1; ++qi) {
             const segment& sg = segs_[static_cast<size_t>(queries_[qi].seg)];
             const int in_block = std::min(q1, sg.first + sg.n) - std::max(q0, sg.first);
-            fused_[static_cast<size_t>(qi - q0)] =
+            const bool fused =
                 sg.scores && sg.per_head && parts == 1 && in_block == 1 && !sg.cache->sliding(layer);
+            // Without a row observer the item that completes the row also hands it over.
+            const bool hand = fused && !sg.cache->observer_ && sg.cache->hands_rows(layer);
+            fused_[static_cast<size_t>(qi - q0)] = hand ? k_row_handed : fused ? k_row_summed : k_row_apart;
         }
         const int items = nb * n_kv * parts;
         const bool fork =
@@ -206,10 +212,13 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
                        static_cast<size_t>(p) * per_part * n;
             const size_t qo =
                 static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(g * group + p * per_part) * hd;
-            double* row = fused_[static_cast<size_t>(qi - q0)] ? c.row(c.unit_of(layer, g)) : nullptr;
+            double* row =
+                fused_[static_cast<size_t>(qi - q0)] != k_row_apart ? c.row(c.unit_of(layer, g)) : nullptr;
             const kernels::key_turns t = c.turned(layer) ? c.turns(layer, g) : kernels::key_turns{};
             attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g),
                          c.turned(layer) ? &t : nullptr, slots, out + qo, w, n, row);
+            if (fused_[static_cast<size_t>(qi - q0)] == k_row_handed)
+                hand_over(segs_[static_cast<size_t>(qu.seg)], c.unit_of(layer, g), qu.ci);
         });
 
         // Commits: (segment, unit) tasks; each unit owns its row and policy table, so units commit in
@@ -221,6 +230,8 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
         for (int s = s0; s <= s1; ++s) {
             const segment& sg = segs_[static_cast<size_t>(s)];
             if (!sg.scores || sg.cache->sliding(layer)) continue;  // no policy rows for window layers
+            // A segment whose one query of the block was handed over by its items has nothing to commit.
+            if (fused_[static_cast<size_t>(std::max(q0, sg.first) - q0)] == k_row_handed) continue;
             observed = observed || static_cast<bool>(sg.cache->observer_);
             for (int u = sg.cache->unit_of(layer, 0); u <= sg.cache->unit_of(layer, n_kv - 1); ++u)
                 tasks_.emplace_back(s, u);
@@ -260,7 +271,7 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
         const query& qu = queries_[static_cast<size_t>(qi)];
         const size_t bi = static_cast<size_t>(qi - block_q0_);
         const int n = c.n_kept_[static_cast<size_t>(u)] + qu.ci + 1;
-        if (!fused_[bi]) {
+        if (fused_[bi] == k_row_apart) {
             const float* heads[max_unit_heads];
             int n_heads = 0;
             for (int g = 0; g < hp_.n_kv_head; ++g) {

@@ -82,9 +82,11 @@ private:
     std::vector<query> queries_;  // every query of the step, in batch order
     // The current block of queries [block_q0_, ...):
     int block_q0_ = 0;
-    std::vector<size_t> w_off_;   // [query - q0][KV head]: offset of the group's weights in weights_
-    std::vector<uint8_t> fused_;  // [query - q0]: the kernel sums the row itself (the only query of a
-                                  // head-granularity unit in the block, its whole group in one item)
+    std::vector<size_t> w_off_;  // [query - q0][KV head]: offset of the group's weights in weights_
+    // [query - q0]: whether the kernel sums the row itself (the only query of a head-granularity unit in
+    // the block, its whole group in one item), and whether the item then also hands the row to the policy
+    // (no row observer), so the unit has no commit task (k_row_* in attention_runner.cpp).
+    std::vector<uint8_t> fused_;
     std::vector<float> weights_;  // softmax weights of the block, [query][KV head][group head][attended]
     std::vector<std::pair<int, int>> tasks_;  // (segment, unit) commits of a block
 };
