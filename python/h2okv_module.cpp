@@ -194,6 +194,7 @@ py::list policies() {
         d["defaults"] = f.defaults;
         d["evicts"] = f.evicts;
         d["source"] = policy::score_source_name(f.source);
+        d["granularity"] = policy::granularity_name(f.gran);
         py::dict extra;
         for (const auto& x : f.extra) extra[py::str(x.name)] = py::make_tuple(x.default_value, x.help);
         d["params"] = extra;
@@ -430,8 +431,9 @@ Returns a list with one int64 array per chunk (T arrays when chunk=1): the kept 
 ascending.)");
     m.def(
         "policies", &policies,
-        "Every registered policy: dicts with name, summary, defaults, evicts, source (none, attention, keys) "
-        "and params (own parameter -> (default, help)).");
+        "Every registered policy: dicts with name, summary, defaults, evicts, source (none, attention, "
+        "keys), "
+        "granularity (its default: head, or layer for tova) and params (own parameter -> (default, help)).");
     py::class_<py_model>(m, "Model", "A GGUF model and its tokenizer, loaded once.")
         .def(py::init<const std::string&>(), py::arg("path"))
         .def("tokenize", &py_model::tokenize, py::arg("text"), py::arg("add_bos") = true,

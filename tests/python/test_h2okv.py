@@ -108,6 +108,12 @@ class Simulate(unittest.TestCase):
             self.assertTrue(set(range(max(0, t - 2), t + 1)) <= set(h2o[t].tolist()), "recent window kept")
         self.assertNotEqual(h2o[-1].tolist(), window[-1].tolist(), "h2o kept heavy hitters outside the window")
 
+    def test_default_granularity(self):
+        # TOVA's paper averages a layer's heads: tova's default granularity is layer, every other policy's head.
+        grans = {p["name"]: p["granularity"] for p in h2okv.policies()}
+        self.assertEqual(grans.pop("tova"), "layer")
+        self.assertEqual(set(grans.values()), {"head"})
+
     def test_float32_and_float64_agree_and_above_diagonal_is_ignored(self):
         z = recorded_scores(4, 20).astype(np.float32)
         a = h2okv.simulate("h2o:budget=5", z)
