@@ -272,9 +272,10 @@ std::string resolved_params::to_string() const {
     }
     // The granularity and the policy's own parameters where they differ from its defaults (parse restores
     // the defaults).
+    params bare;
+    bare.name = name;
+    if (gran != granularity_of(bare)) items.push_back(fmt::format("granularity={}", granularity_name(gran)));
     const detail::policy_entry* entry = detail::find_policy(name);
-    if (gran != (entry == nullptr ? granularity::head : entry->gran))
-        items.push_back(fmt::format("granularity={}", granularity_name(gran)));
     if (positions != position_mode::original) items.emplace_back("positions=rolling");
     for (const auto& [key, value] : extra) {
         bool is_default = false;
