@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +53,46 @@ void set_force_parallel(bool on) noexcept {
 
 bool force_parallel() noexcept {
     return forced().load(std::memory_order_relaxed);
+}
+
+stealing_ranges::stealing_ranges(int64_t n, int threads)
+    : ranges_(static_cast<size_t>(std::max(1, threads))) {
+    const auto t = static_cast<int64_t>(ranges_.size());
+    for (int64_t i = 0; i < t; ++i) {
+        const auto lo = static_cast<uint64_t>(n * i / t);
+        const auto hi = static_cast<uint64_t>(n * (i + 1) / t);
+        ranges_[static_cast<size_t>(i)].front_back.store(lo << 32 | hi, std::memory_order_relaxed);
+    }
+}
+
+bool stealing_ranges::take_front(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept {
+    std::atomic<uint64_t>& fb = ranges_[static_cast<size_t>(r)].front_back;
+    uint64_t v = fb.load(std::memory_order_relaxed);
+    for (;;) {
+        const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
+        if (front >= back) return false;
+        const uint64_t to = std::min(back, front + static_cast<uint64_t>(run));
+        if (fb.compare_exchange_weak(v, to << 32 | back, std::memory_order_relaxed)) {
+            *i0 = static_cast<int64_t>(front);
+            *i1 = static_cast<int64_t>(to);
+            return true;
+        }
+    }
+}
+
+bool stealing_ranges::take_back(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept {
+    std::atomic<uint64_t>& fb = ranges_[static_cast<size_t>(r)].front_back;
+    uint64_t v = fb.load(std::memory_order_relaxed);
+    for (;;) {
+        const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
+        if (front >= back) return false;
+        const uint64_t from = back - std::min(back - front, static_cast<uint64_t>(run));
+        if (fb.compare_exchange_weak(v, front << 32 | from, std::memory_order_relaxed)) {
+            *i0 = static_cast<int64_t>(from);
+            *i1 = static_cast<int64_t>(back);
+            return true;
+        }
+    }
 }
 
 }  // namespace h2okv::core

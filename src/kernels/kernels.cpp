@@ -23,8 +23,12 @@ using core::tensor_type;
 // Threads take contiguous runs of whole blocks of this many rows (the kernels' panel height), so each
 // thread streams its own part of the matrix once per token block. (Handing out small runs dynamically
 // instead, to absorb a thread slowed by other work, made 2-thread Q4_K decode 10-30 % slower: the two
-// threads' reads then interleave.)
+// threads' reads then interleave.) Each thread's part is a stealing range: it takes its own runs in order and
+// then the tail of a slower thread's part.
 constexpr int64_t row_block = 16;
+// Runs per thread's part: the granularity at which a thread that finished early takes over the tail of
+// another.
+constexpr int64_t k_runs_per_thread = 8;
 // Below this many multiply-adds (about 10 us of one core) a parallel region's fork and join, several
 // microseconds on a busy machine, cost more than the split saves.
 constexpr int64_t min_parallel_work = int64_t{1} << 18;
@@ -164,6 +168,7 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
         if (finish) finish(0, n_tok);
         return;
     }
+    core::stealing_ranges ranges(n_blocks, omp_get_max_threads());
 #pragma omp parallel
     {
         const int64_t n_threads = omp_get_num_threads();
@@ -173,7 +178,8 @@ void matmul_shared_input(const matrix_view* ws, float* const* ys, int n, const f
         if (prepare && t0 < t1) prepare(t0, t1);
         quantize(t0, t1);
 #pragma omp barrier
-        blocks(n_blocks * id / n_threads, n_blocks * (id + 1) / n_threads);
+        ranges.run(static_cast<int>(id), std::max<int64_t>(1, n_blocks / (n_threads * k_runs_per_thread)),
+                   blocks);
         if (finish) {  // the same for every thread of the team, so all of them meet the barrier
 #pragma omp barrier
             if (t0 < t1) finish(t0, t1);

@@ -11,7 +11,11 @@
 //   EXPECT_GT(core::fork_count(core::parallel_site::attention), 0);
 #pragma once
 
+#include <omp.h>
+
+#include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace h2okv::core {
 
@@ -32,18 +36,51 @@ void reset_fork_counts() noexcept;
 void set_force_parallel(bool on) noexcept;
 bool force_parallel() noexcept;
 
+// [0, n) cut into one contiguous range per thread of a team. Each thread takes runs from the front of its
+// own range, and once that is empty, from the back of the others' ranges: a thread streams its own part in
+// order, and a thread the machine slows down does not keep the rest of the team waiting at the join.
+// Construct it before the parallel region; every thread of the team calls run(). n < 2^32.
+class stealing_ranges {
+public:
+    stealing_ranges(int64_t n, int threads);
+
+    // fn(i0, i1) for runs of at most `run` indices until none is left anywhere.
+    template <typename F>
+    void run(int id, int64_t run, const F& fn) {
+        int64_t i0 = 0, i1 = 0;
+        while (take_front(id, run, &i0, &i1)) fn(i0, i1);
+        for (int k = 1; k < static_cast<int>(ranges_.size()); ++k) {
+            const int other = (id + k) % static_cast<int>(ranges_.size());
+            while (take_back(other, run, &i0, &i1)) fn(i0, i1);
+        }
+    }
+
+private:
+    struct alignas(64) range {
+        std::atomic<uint64_t> front_back{0};  // front << 32 | back: [front, back) is left
+    };
+    bool take_front(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept;
+    bool take_back(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept;
+
+    std::vector<range> ranges_;
+};
+
 // fn(i) for i in [0, n): split between the threads when `fork` (should_fork's answer), in contiguous runs
-// (`interleaved`: i, i + threads, ...); otherwise a plain loop in this thread. An OpenMP region with a false
+// (`balanced`: one index at a time out of stealing_ranges, for items whose cost varies or a team whose
+// threads run at different speeds); otherwise a plain loop in this thread. An OpenMP region with a false
 // `if` clause would still start a team of one in the runtime, about a thousand instructions per call.
-template <bool interleaved = false, typename F>
+template <bool balanced = false, typename F>
 void parallel_for(bool fork, int64_t n, const F& fn) {
     if (!fork) {
         for (int64_t i = 0; i < n; ++i) fn(i);
         return;
     }
-    if constexpr (interleaved) {
-#pragma omp parallel for schedule(static, 1)
-        for (int64_t i = 0; i < n; ++i) fn(i);
+    if constexpr (balanced) {
+        stealing_ranges work(n, omp_get_max_threads());
+#pragma omp parallel
+        work.run(omp_get_thread_num(), 1, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) fn(i);
+        });
     } else {
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; ++i) fn(i);

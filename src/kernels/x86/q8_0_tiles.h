@@ -107,8 +107,9 @@ H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act*
         (group_bytes + static_cast<size_t>(tiles * nb) - 1) / static_cast<size_t>(tiles * nb);
     for (int64_t g = r0 / G; g < r1 / G; ++g) {
         const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
+        // The next group of the matrix, past the end of this run too (a thread takes its runs in order).
         // An address, not a pointer: the last tile's share may reach a little past the matrix.
-        uintptr_t pf = g + 1 < r1 / G ? reinterpret_cast<uintptr_t>(group + group_bytes) : 0;
+        uintptr_t pf = g + 1 < w.rows / G ? reinterpret_cast<uintptr_t>(group + group_bytes) : 0;
         for (int t = 0; t < n_tok; t += NT) {
             const int nt = std::min(NT, n_tok - t);
             const detail::q8_0_act* xt[NT];
