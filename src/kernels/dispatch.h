@@ -40,6 +40,9 @@ struct kernel_table {
     void (*attend_turned)(const float* q, int n_q, const kv_rows& k, const kv_rows& v, int head_dim,
                           const int32_t* slots, int n, const key_turns& t, float scale, float* out,
                           float* weights, size_t weights_stride, double* score_row);
+    // kernels::rope_apply: the same bits on every ISA.
+    void (*rope_apply)(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+                       rope_pairing p);
 };
 
 // The table the public kernels dispatch to (core::selected_isa()'s, or set_isa's).

@@ -77,7 +77,8 @@ const kernel_table& reference_table() {
                                 &detail::quantize_q8_0_act,
                                 &ref::q8_0_rows,
                                 &ref::to_f16,
-                                &ref::attend_turned};
+                                &ref::attend_turned,
+                                &ref::rope_apply};
     return t;
 }
 
@@ -227,7 +228,7 @@ void rope_rotation(const rope_spec& s, int64_t pos, float* cos_sin) noexcept {
 
 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
                 rope_pairing p) noexcept {
-    ref::rope_apply(x, n_heads, head_dim, rope_dim, cos_sin, p);
+    table().rope_apply(x, n_heads, head_dim, rope_dim, cos_sin, p);
 }
 
 void softmax(float* x, int n) noexcept {

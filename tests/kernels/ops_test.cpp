@@ -148,6 +148,39 @@ TEST(Rope, RotationTableGivesRopeBitForBit) {
     }
 }
 
+// Every variant of rope_apply gives the reference's bits: rotated dims that fill vectors and ones that leave
+// a tail, a rope_dim below head_dim, both pairings.
+TEST(Rope, ApplyVariantsAreTheReferenceBitForBit) {
+    using rope_apply_fn = void (*)(float*, int, int, int, const float*, rope_pairing);
+#ifdef H2OKV_KERNELS_X86
+    const auto fns = variants<rope_apply_fn>(&ref::rope_apply, &avx2::rope_apply);
+#else
+    const auto fns = variants<rope_apply_fn>(&ref::rope_apply, nullptr);
+#endif
+    struct shape {
+        int n_heads, head_dim, rope_dim;
+    };
+    for (const shape s : {shape{1, 2, 2}, shape{2, 8, 8}, shape{3, 16, 6}, shape{9, 64, 64}, shape{4, 64, 48},
+                          shape{2, 128, 128}, shape{2, 80, 34}, shape{1, 256, 64}}) {
+        for (rope_pairing p : {rope_pairing::normal, rope_pairing::neox}) {
+            const auto seed = static_cast<uint32_t>(s.head_dim * 7 + s.rope_dim);
+            const std::vector<float> x =
+                random_floats(static_cast<size_t>(s.n_heads * s.head_dim), seed, 4.0f);
+            std::vector<float> cos_sin(static_cast<size_t>(s.rope_dim));
+            rope_rotation(int64_t{12345}, s.rope_dim, 10000.0f, cos_sin.data());
+            std::vector<float> want = x;
+            ref::rope_apply(want.data(), s.n_heads, s.head_dim, s.rope_dim, cos_sin.data(), p);
+            for (const auto& [name, fn] : fns) {
+                std::vector<float> got = x;
+                fn(got.data(), s.n_heads, s.head_dim, s.rope_dim, cos_sin.data(), p);
+                ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                    << name << " heads " << s.n_heads << " head_dim " << s.head_dim << " rope_dim "
+                    << s.rope_dim << (p == rope_pairing::normal ? " normal" : " neox");
+            }
+        }
+    }
+}
+
 // A spec's table: rope_spec::plain is the base's table bit for bit; any inverse frequencies and magnitude
 // give magnitude * cos / sin of pos * inv_freq[i].
 TEST(Rope, SpecTableIsItsFrequenciesAndMagnitude) {

@@ -497,6 +497,53 @@ H2OKV_AVX2 void swiglu(const float* gate, const float* up, int n, float* out) {
     }
 }
 
+// Pair i's cosine and sine at cos_sin[2i], cos_sin[2i + 1], as ref::rope_apply: x0 * c - x1 * s and
+// x0 * s + x1 * c, each a product pair and one addition (no fused multiply-add), so the bits are the
+// reference's. Pairs past the last full vector go the reference's way.
+H2OKV_AVX2 void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin,
+                           rope_pairing p) {
+    const int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; ++h) {
+        float* v = x + static_cast<size_t>(h) * static_cast<size_t>(head_dim);
+        int i = 0;  // pairs done
+        if (p == rope_pairing::normal) {
+            // Pairs (2i, 2i + 1): the table's lanes line up with the row's.
+            for (; 2 * i + 8 <= rope_dim; i += 4) {
+                const __m256 t = _mm256_loadu_ps(cos_sin + 2 * i);
+                const __m256 xv = _mm256_loadu_ps(v + 2 * i);
+                const __m256 sw = _mm256_permute_ps(xv, 0xB1);  // x1 x0 x3 x2 ...
+                // Even lanes x0 * c - x1 * s, odd lanes x1 * c + x0 * s.
+                _mm256_storeu_ps(v + 2 * i, _mm256_addsub_ps(_mm256_mul_ps(xv, _mm256_moveldup_ps(t)),
+                                                             _mm256_mul_ps(sw, _mm256_movehdup_ps(t))));
+            }
+        } else {
+            // Pairs (i, i + half): the table's cosines and sines taken apart.
+            for (; i + 8 <= half; i += 8) {
+                const __m256 t0 = _mm256_loadu_ps(cos_sin + 2 * i);
+                const __m256 t1 = _mm256_loadu_ps(cos_sin + 2 * i + 8);
+                const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0))),
+                    _MM_SHUFFLE(3, 1, 2, 0)));
+                const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                    _mm256_castps_pd(_mm256_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1))),
+                    _MM_SHUFFLE(3, 1, 2, 0)));
+                const __m256 x0 = _mm256_loadu_ps(v + i);
+                const __m256 x1 = _mm256_loadu_ps(v + i + half);
+                _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s)));
+                _mm256_storeu_ps(v + i + half, _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c)));
+            }
+        }
+        for (; i < half; ++i) {
+            const int a = p == rope_pairing::normal ? 2 * i : i;
+            const int b = p == rope_pairing::normal ? 2 * i + 1 : i + half;
+            const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
 H2OKV_AVX2 void to_f16(const float* src, int64_t n, std::byte* dst) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -543,7 +590,8 @@ const kernel_table& avx2_table() {
                                 &avx2::quantize_q8_0_act,
                                 &avx2::q8_0_dot_rows,
                                 &avx2::to_f16,
-                                &avx2::attend_turned};
+                                &avx2::attend_turned,
+                                &avx2::rope_apply};
     return t;
 }
 

@@ -27,6 +27,8 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out);
 // silu(g) * up with the polynomial exp (sigmoid from exp(-|g|)); gates below -87 give 0 (|silu(g) * up|
 // < |g * up| * exp(-87) there).
 void swiglu(const float* gate, const float* up, int n, float* out);
+// kernels::rope_apply, 8 lanes at a time: the reference's products and sums, so the same bits.
+void rope_apply(float* x, int n_heads, int head_dim, int rope_dim, const float* cos_sin, rope_pairing p);
 // kernels::fp32_to_fp16 of n values (F16C's vcvtps2ph, rounding to nearest even: the scalar conversion's
 // bits, NaNs quietened with their payload's top bits as it does).
 void to_f16(const float* src, int64_t n, std::byte* dst);

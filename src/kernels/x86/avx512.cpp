@@ -449,12 +449,12 @@ H2OKV_AVX512 void dequantize_row(tensor_type t, const std::byte* src, int64_t n,
 namespace h2okv::kernels::detail {
 
 const kernel_table& avx512_table() {
-    // Softmax is latency-bound at the sizes the engine uses: the AVX2 version.
+    // Softmax is latency-bound at the sizes the engine uses, rope too short to gain: the AVX2 versions.
     static const kernel_table t{isa::avx512,      &avx512::matmul_rows,     &avx512::dequantize_row,
                                 &avx2::softmax,   &avx512::attend,          &avx2::rmsnorm,
                                 &avx2::swiglu,    &avx2::quantize_q8k,      &avx512::kquant_rows,
                                 &avx2::turn_rows, &avx2::quantize_q8_0_act, &avx512::q8_0_dot_rows,
-                                &avx2::to_f16,    &avx512::attend_turned};
+                                &avx2::to_f16,    &avx512::attend_turned,   &avx2::rope_apply};
     return t;
 }
 
