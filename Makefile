@@ -39,7 +39,7 @@ test-debug: deps
 	@ctest --preset debug -j $(JOBS)
 
 # Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 135 minutes on 2 cores:
-# run_results.sh about 15 minutes, rolling about 30, throughput about 15, ruler about 30, calibrate about 40,
+# run_results.sh about 15 minutes, rolling about 30, throughput about 25, ruler about 30, calibrate about 40,
 # kvquant, xsum and speed a few each).
 results: release
 	bash scripts/run_results.sh results
@@ -57,7 +57,7 @@ speed: release
 	bash scripts/run_speed.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
-# Re-measures only the throughput section (many sequences, equal KV memory; about 15 minutes).
+# Re-measures only the throughput section (many sequences, equal KV memory; about 25 minutes).
 throughput: release
 	bash scripts/run_throughput.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs

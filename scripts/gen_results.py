@@ -449,7 +449,8 @@ def throughput_section(name, rows, lines):
         fd, hd = median([r["decode_tps"] for r in full]), median([r["decode_tps"] for r in h2o])
         lines.append(f"**Equal KV memory.** A pool of {f0['kv_memory'] / 2**20:.1f} MiB holds 4 full caches "
                      f"{f0['depth']} tokens deep ({f0['kv_footprint'] / 2**20:.1f} MiB each, K/V and slot tables); "
-                     f"16 sequences are submitted, each {f0['depth']} deep, then {gen} decoded.\n")
+                     f"16 sequences are submitted, each {f0['depth']} deep, then {gen} decoded. Medians of "
+                     f"{len(full)} and {len(h2o)} runs, the two caches taking turns.\n")
         lines.append("| cache | per sequence MiB | at once | waves | decode t/s (all sequences) | vs full | KV bytes per sequence |")
         lines.append("|---|---|---|---|---|---|---|")
         for label_, g, d in (("full", f0, fd), (h0["kv_policy"], h0, hd)):

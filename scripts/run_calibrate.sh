@@ -5,14 +5,17 @@
 # compares it, on a different held-out text, with window, streaming, h2o and h2o with decay 0.98 at the same
 # budgets (40 / 20 / 10 %). Both sides are many runs of the model's context, pooled (`--segments`): one run's
 # perplexity moves by more than the configurations differ.
-#   stories260K: calibrated on every 512-token run of the first half of the TinyStories head, evaluated on
-#                every 512-token run of its second half (each half cut at a blank line).
-#   5M model:    calibrated on 16 runs of 1024 tokens of WikiText-2 test, evaluated on 16 runs of 1024
-#                tokens of Moby Dick (both held out from its training, MODEL.md; ../shared's State of the
-#                Union addresses were trained on, so none is used).
-# Usage: scripts/run_calibrate.sh [OUT_DIR]   (default: results/). Needs ../shared. Writes
-# calibrate_ppl.jsonl (removed first), the two TinyStories halves and the configurations as
-# calibrate_<model>_<budget>.json. About 40 minutes on 2 cores.
+#   stories260K: calibrated on every 512-token run of one half of the TinyStories head, evaluated on every
+#                512-token run of the other half. The halves alternate blocks of 40 paragraphs (about 8 KB,
+#                four runs), so both hold the same mix of the file's stretches: the head's doubly encoded
+#                UTF-8 (`â€™`) lies in its second half, and a calibration on the first half alone never saw it.
+#   5M model:    calibrated on 16 runs of 1024 tokens of WikiText-2 test (its first 16, about 70 KB),
+#                evaluated on 16 runs of 1024 tokens of the second half of WikiText-2 test (the same kind of
+#                text) and of Moby Dick (another kind); both are held out from its training (MODEL.md;
+#                ../shared's State of the Union addresses were trained on, so none is used).
+# Usage: scripts/run_calibrate.sh [OUT_DIR]   (default: results/). Needs ../shared. Writes calibrate_ppl.jsonl
+# (removed first), the two TinyStories halves, WikiText-2 test's second half and the configurations as calibrate_<model>_<budget>.json.
+# PARTS (default "stories260K eval5M") runs only the models it names. About 40 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results}
@@ -23,14 +26,16 @@ stories=models/stories260K.gguf
 mkdir -p "$out"
 rm -f "$out"/calibrate_ppl.jsonl "$out"/calibrate_*.json
 tiny=$shared/data/tinystories/tinystories_val_head.txt
-# The halves of the TinyStories head: the first up to the last blank line before the middle byte, the second
-# from the first blank line after it.
-cal_tiny=$out/calibrate_tinystories_first_half.txt
-held_tiny=$out/calibrate_tinystories_second_half.txt
-half=$(($(wc -c <"$tiny") / 2))
-head -c "$half" "$tiny" | awk '/^$/ {last = NR} {line[NR] = $0} END {for (i = 1; i < last; ++i) print line[i]}' \
-    >"$cal_tiny"
-tail -c +"$half" "$tiny" | awk 'f || /^$/ {f = 1} f' | sed '1{/^$/d}' >"$held_tiny"
+# The halves of the TinyStories head: paragraphs (blank-line separated) in blocks of 40, the blocks
+# alternating between the calibration half and the held-out half.
+cal_tiny=$out/calibrate_tinystories_calibration_half.txt
+held_tiny=$out/calibrate_tinystories_held_out_half.txt
+awk -v cal="$cal_tiny" -v held="$held_tiny" 'BEGIN {RS = ""; ORS = "\n\n"}
+    {print > (int((NR - 1) / 40) % 2 == 0 ? cal : held)}' "$tiny"
+# The second half of WikiText-2 test, from the first line after its middle byte.
+wiki=$shared/data/wikitext-2/test.txt
+held_wiki=$out/calibrate_wikitext2_test_second_half.txt
+tail -c +"$(($(wc -c <"$wiki") / 2))" "$wiki" | tail -n +2 >"$held_wiki"
 baselines=(window streaming h2o h2o:decay=0.98)
 budgets=(0.4 0.2 0.1)
 
@@ -53,5 +58,10 @@ run() {  # MODEL NAME N SEGMENTS CALIBRATION_TEXT HELD_OUT_TEXT...   (SEGMENTS 0
     done
 }
 
-run "$stories" stories260K 512 0 "$cal_tiny" "$held_tiny"
-run "$eval5m" eval5M 1024 16 "$shared/data/wikitext-2/test.txt" "$shared/data/moby-dick/moby_dick.txt"
+for part in ${PARTS:-stories260K eval5M}; do
+    case $part in
+        stories260K) run "$stories" stories260K 512 0 "$cal_tiny" "$held_tiny" ;;
+        eval5M) run "$eval5m" eval5M 1024 16 "$wiki" "$held_wiki" "$shared/data/moby-dick/moby_dick.txt" ;;
+        *) echo "run_calibrate.sh: unknown part '$part' in PARTS (expected stories260K, eval5M)" >&2; exit 2 ;;
+    esac
+done
