@@ -65,31 +65,18 @@ stealing_ranges::stealing_ranges(int64_t n, int threads)
     }
 }
 
-bool stealing_ranges::take_front(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept {
+bool stealing_ranges::take(int r, bool back_end, int64_t run, int64_t* i0, int64_t* i1) noexcept {
     std::atomic<uint64_t>& fb = ranges_[static_cast<size_t>(r)].front_back;
     uint64_t v = fb.load(std::memory_order_relaxed);
     for (;;) {
         const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
         if (front >= back) return false;
-        const uint64_t to = std::min(back, front + static_cast<uint64_t>(run));
-        if (fb.compare_exchange_weak(v, to << 32 | back, std::memory_order_relaxed)) {
-            *i0 = static_cast<int64_t>(front);
-            *i1 = static_cast<int64_t>(to);
-            return true;
-        }
-    }
-}
-
-bool stealing_ranges::take_back(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept {
-    std::atomic<uint64_t>& fb = ranges_[static_cast<size_t>(r)].front_back;
-    uint64_t v = fb.load(std::memory_order_relaxed);
-    for (;;) {
-        const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
-        if (front >= back) return false;
-        const uint64_t from = back - std::min(back - front, static_cast<uint64_t>(run));
-        if (fb.compare_exchange_weak(v, front << 32 | from, std::memory_order_relaxed)) {
-            *i0 = static_cast<int64_t>(from);
-            *i1 = static_cast<int64_t>(back);
+        const uint64_t n = std::min(back - front, static_cast<uint64_t>(run));
+        const uint64_t lo = back_end ? back - n : front;
+        const uint64_t left = back_end ? front << 32 | lo : (lo + n) << 32 | back;
+        if (fb.compare_exchange_weak(v, left, std::memory_order_relaxed)) {
+            *i0 = static_cast<int64_t>(lo);
+            *i1 = static_cast<int64_t>(lo + n);
             return true;
         }
     }

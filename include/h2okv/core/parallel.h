@@ -48,10 +48,10 @@ public:
     template <typename F>
     void run(int id, int64_t run, const F& fn) {
         int64_t i0 = 0, i1 = 0;
-        while (take_front(id, run, &i0, &i1)) fn(i0, i1);
+        while (take(id, false, run, &i0, &i1)) fn(i0, i1);
         for (int k = 1; k < static_cast<int>(ranges_.size()); ++k) {
             const int other = (id + k) % static_cast<int>(ranges_.size());
-            while (take_back(other, run, &i0, &i1)) fn(i0, i1);
+            while (take(other, true, run, &i0, &i1)) fn(i0, i1);
         }
     }
 
@@ -59,8 +59,9 @@ private:
     struct alignas(64) range {
         std::atomic<uint64_t> front_back{0};  // front << 32 | back: [front, back) is left
     };
-    bool take_front(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept;
-    bool take_back(int r, int64_t run, int64_t* i0, int64_t* i1) noexcept;
+    // Up to `run` indices [*i0, *i1) off range r's front, or its back when `back_end`; false when it is
+    // empty.
+    bool take(int r, bool back_end, int64_t run, int64_t* i0, int64_t* i1) noexcept;
 
     std::vector<range> ranges_;
 };

@@ -39,6 +39,7 @@ TEST(StealingRanges, AFastThreadTakesTheTailOfASlowOnesRange) {
     std::vector<int> taken_by(n, -1);
     int team = 0;
     std::atomic<bool> started{false};
+    std::vector<int64_t> order0;  // the indices thread 0 took, in order
     stealing_ranges work(n, 2);
 #pragma omp parallel num_threads(2)
     {
@@ -55,13 +56,20 @@ TEST(StealingRanges, AFastThreadTakesTheTailOfASlowOnesRange) {
                 while (!started && std::chrono::steady_clock::now() < until) std::this_thread::yield();
             }
             first = false;
-            for (int64_t i = i0; i < i1; ++i) taken_by[static_cast<size_t>(i)] = id;
+            for (int64_t i = i0; i < i1; ++i) {
+                taken_by[static_cast<size_t>(i)] = id;
+                if (id == 0) order0.push_back(i);
+            }
         });
     }
     ASSERT_EQ(team, 2) << "the runtime did not start two threads";
     // Thread 1's own range is [32, 64); it starts at 32, so thread 0 took the last of it.
     EXPECT_EQ(taken_by[32], 1);
     EXPECT_EQ(taken_by[63], 0);
+    // Its own range in order, then thread 1's from the back: 0 .. 31, 63, 62, ..., 33.
+    ASSERT_EQ(order0.size(), size_t{63});
+    for (int64_t k = 0; k < 63; ++k)
+        EXPECT_EQ(order0[static_cast<size_t>(k)], k < 32 ? k : 63 - (k - 32)) << "take " << k;
     for (int64_t i = 0; i < n / 2; ++i) EXPECT_EQ(taken_by[static_cast<size_t>(i)], 0) << i;
 }
 
