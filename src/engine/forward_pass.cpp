@@ -102,7 +102,24 @@ status forward_pass::run(std::span<const step_part> parts) {
             }
         });
     }
-    for (const step_part& p : parts) H2OKV_RETURN_IF_ERROR(p.s->advance(static_cast<int>(p.tokens.size())));
+    // The sessions move past their tokens. Those whose chunk is now complete close it (their evictions) in
+    // parallel, as the attention items already work: each closes only its own cache and policy. Their
+    // observers run after, in part order.
+    closing_.clear();
+    for (const step_part& p : parts) {
+        if (p.s->count_forwarded(static_cast<int>(p.tokens.size()))) closing_.push_back(p.s);
+    }
+    const auto n_closing = static_cast<int64_t>(closing_.size());
+    closed_.assign(closing_.size(), ok_status());
+    core::parallel_for<true>(n_closing > 1 && core::should_fork(core::parallel_site::tokens, n_closing, 2),
+                             n_closing, [&](int64_t i) {
+                                 closed_[static_cast<size_t>(i)] =
+                                     closing_[static_cast<size_t>(i)]->close_chunk();
+                             });
+    for (size_t i = 0; i < closing_.size(); ++i) {
+        H2OKV_RETURN_IF_ERROR(closed_[i]);
+        closing_[i]->notify_chunk_closed();
+    }
     return ok_status();
 }
 

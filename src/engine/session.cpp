@@ -187,12 +187,17 @@ int session::chunk_left() const {
     return cache_->in_chunk() ? cache_->chunk_size() - cache_->chunk_done() : 0;
 }
 
-status session::advance(int n) {
+bool session::count_forwarded(int n) {
     n_past_ += n;
-    if (cache_->chunk_done() < cache_->chunk_size()) return ok_status();
-    H2OKV_RETURN_IF_ERROR(cache_->end_chunk());
+    return cache_->chunk_done() >= cache_->chunk_size();
+}
+
+status session::close_chunk() {
+    return cache_->end_chunk();
+}
+
+void session::notify_chunk_closed() {
     if (chunk_observer_) chunk_observer_(n_past_ - 1);
-    return ok_status();
 }
 
 }  // namespace h2okv::engine

@@ -57,6 +57,8 @@ private:
     std::vector<uint8_t> output_;
     std::vector<float> logits_;
     std::vector<size_t> first_row_;  // each part's first row in logits_
+    std::vector<session*> closing_;  // the sessions whose chunk a pass completed
+    std::vector<status> closed_;     // what closing each one's chunk returned
 };
 
 }  // namespace h2okv::engine

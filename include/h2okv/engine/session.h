@@ -96,8 +96,12 @@ private:
     friend class forward_pass;
     session(model::model& m, session_params p, int64_t n_ctx, int64_t run_length,
             std::unique_ptr<kv::kv_cache> c);
-    // Counts n tokens of the open chunk as forwarded; closes the chunk when they complete it.
-    status advance(int n);
+    // forward_pass's steps after a pass: counts n tokens of the open chunk as forwarded (true when they
+    // complete it); closes the complete chunk (its evictions: one session's own cache, so different sessions
+    // close theirs at once); then calls the chunk observer.
+    bool count_forwarded(int n);
+    status close_chunk();
+    void notify_chunk_closed();
 
     model::model* model_;
     session_params params_;
