@@ -117,13 +117,12 @@ int64_t slot_store::capacity(int layer, int kv_head) const noexcept {
     return static_cast<int64_t>(first_row_[head + 1] - first_row_[head]);
 }
 
-kernels::kv_rows slot_store::view(const std::vector<std::byte>& store, int layer,
-                                  int kv_head) const noexcept {
+kernels::kv_rows slot_store::view(const byte_rows& store, int layer, int kv_head) const noexcept {
     const size_t head = static_cast<size_t>(layer) * n_kv_head_ + static_cast<size_t>(kv_head);
     return {kv_tensor_type(type_), store.data() + first_row_[head] * row_bytes_, row_bytes_};
 }
 
-void slot_store::put(std::vector<std::byte>& store, size_t head, int32_t slot, const float* x) noexcept {
+void slot_store::put(byte_rows& store, size_t head, int32_t slot, const float* x) noexcept {
     std::byte* dst = store.data() + (first_row_[head] + static_cast<size_t>(slot)) * row_bytes_;
     if (type_ == kv_type::f32) {
         std::memcpy(dst, x, row_bytes_);

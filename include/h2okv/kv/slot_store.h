@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "h2okv/core/huge_pages.h"
 #include "h2okv/core/status.h"
 #include "h2okv/kernels/kernels.h"
 
@@ -64,8 +65,9 @@ public:
     int64_t bytes() const { return static_cast<int64_t>(k_.size() + v_.size()); }
 
 private:
-    kernels::kv_rows view(const std::vector<std::byte>& store, int layer, int kv_head) const noexcept;
-    void put(std::vector<std::byte>& store, size_t head, int32_t slot, const float* x) noexcept;
+    using byte_rows = std::vector<std::byte, core::huge_page_allocator<std::byte>>;
+    kernels::kv_rows view(const byte_rows& store, int layer, int kv_head) const noexcept;
+    void put(byte_rows& store, size_t head, int32_t slot, const float* x) noexcept;
 
     int n_kv_head_ = 0;
     int head_dim_ = 0;
@@ -73,7 +75,7 @@ private:
     kv_type type_ = kv_type::f16;
     size_t row_bytes_ = 0;
     std::vector<size_t> first_row_;  // per (layer, KV head), and one past the last: where its rows start
-    std::vector<std::byte> k_, v_;   // per (layer, KV head) in order, its capacity rows of row_bytes_
+    byte_rows k_, v_;                // per (layer, KV head) in order, its capacity rows of row_bytes_
 };
 
 }  // namespace h2okv::kv
