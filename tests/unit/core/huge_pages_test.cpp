@@ -5,6 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 namespace h2okv::core {
@@ -23,6 +27,48 @@ TEST(HugePages, LargeBuffersStartOnAHugePageBoundaryAndHoldTheirBytes) {
         EXPECT_EQ(wrong, 0u) << bytes;
         huge_page_free(p, bytes);
     }
+}
+
+// The VmFlags of the mapping that holds `addr` in /proc/self/smaps ("" when none is found).
+std::string vm_flags_of(const void* addr) {
+    std::ifstream smaps("/proc/self/smaps");
+    const auto a = reinterpret_cast<uintptr_t>(addr);
+    std::string line;
+    bool inside = false;
+    while (std::getline(smaps, line)) {
+        uintptr_t lo = 0, hi = 0;
+        char dash = 0;
+        std::istringstream head(line);
+        if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+            inside = lo <= a && a < hi;
+        } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+            return line;
+        }
+    }
+    return "";
+}
+
+// The buffer's mapping carries the kernel's MADV_HUGEPAGE flag ("hg"): the advice was given, whatever the
+// machine's THP mode makes of it.
+TEST(HugePages, LargeBuffersAreAdvisedForHugePages) {
+    if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+        GTEST_SKIP() << "this kernel has no transparent huge pages";
+    }
+    const size_t bytes = 4 * huge_page_bytes;
+    void* p = huge_page_alloc(bytes);
+    ASSERT_NE(p, nullptr);
+    const std::string flags = vm_flags_of(p);
+    if (flags.empty()) {
+        huge_page_free(p, bytes);
+        GTEST_SKIP() << "/proc/self/smaps shows no VmFlags";
+    }
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+    huge_page_free(p, bytes);
+    // A small buffer is ordinary memory, not advised.
+    void* q = huge_page_alloc(4096);
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(vm_flags_of(q).find(" hg"), std::string::npos);
+    huge_page_free(q, 4096);
 }
 
 TEST(HugePages, SmallBuffersAreCacheLineAligned) {
