@@ -28,6 +28,7 @@ const char* parallel_site_name(parallel_site s) noexcept {
         case parallel_site::attention: return "attention";
         case parallel_site::commit: return "commit";
         case parallel_site::tokens: return "tokens";
+        case parallel_site::close: return "close";
     }
     return "unknown";
 }

@@ -111,7 +111,7 @@ status forward_pass::run(std::span<const step_part> parts) {
     }
     const auto n_closing = static_cast<int64_t>(closing_.size());
     closed_.assign(closing_.size(), ok_status());
-    core::parallel_for<true>(n_closing > 1 && core::should_fork(core::parallel_site::tokens, n_closing, 2),
+    core::parallel_for<true>(n_closing > 1 && core::should_fork(core::parallel_site::close, n_closing, 2),
                              n_closing, [&](int64_t i) {
                                  closed_[static_cast<size_t>(i)] =
                                      closing_[static_cast<size_t>(i)]->close_chunk();

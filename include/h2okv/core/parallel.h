@@ -19,9 +19,12 @@
 
 namespace h2okv::core {
 
-enum class parallel_site { matmul, attention, commit, tokens };
-constexpr int k_parallel_sites = 4;
-const char* parallel_site_name(parallel_site s) noexcept;  // "matmul", "attention", "commit", "tokens"
+// tokens: the per-token work between products (and a pass's logits copies); close: the sessions whose chunk a
+// pass completes, closing it (their evictions) side by side.
+enum class parallel_site { matmul, attention, commit, tokens, close };
+constexpr int k_parallel_sites = 5;
+// "matmul", "attention", "commit", "tokens", "close"
+const char* parallel_site_name(parallel_site s) noexcept;
 
 // True, and counted, when a region of `work` at `site` should fork: omp_get_max_threads() > 1, not already
 // inside a parallel region, and work >= threshold (any work when forced).

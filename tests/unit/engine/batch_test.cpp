@@ -156,8 +156,9 @@ TEST_P(Batching, LogitsAndKeptSetsEqualSolo) {
                 EXPECT_EQ(want.kept, got[i].kept) << what;
             }
         }
-        for (auto site : {core::parallel_site::matmul, core::parallel_site::attention,
-                          core::parallel_site::commit, core::parallel_site::tokens}) {
+        for (auto site :
+             {core::parallel_site::matmul, core::parallel_site::attention, core::parallel_site::commit,
+              core::parallel_site::tokens, core::parallel_site::close}) {
             if (threads == 2) {
                 EXPECT_GT(core::fork_count(site), 0)
                     << core::parallel_site_name(site) << ": the parallel path ran";
