@@ -38,8 +38,8 @@ test-debug: deps
 	@cmake --build --preset debug -j $(JOBS)
 	@ctest --preset debug -j $(JOBS)
 
-# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 135 minutes on 2 cores:
-# run_results.sh about 15 minutes, rolling about 30, throughput about 25, ruler about 30, calibrate about 40,
+# Regenerates docs/RESULTS.md and docs/img/ from measurements (needs ../shared; about 160 minutes on 2 cores:
+# run_results.sh about 15 minutes, rolling about 30, throughput about 25, ruler about 30, calibrate about 65,
 # kvquant, xsum and speed a few each).
 results: release
 	bash scripts/run_results.sh results
@@ -73,7 +73,7 @@ kvquant: release
 	bash scripts/run_kvquant.sh results
 	/usr/bin/python3 scripts/gen_results.py results docs
 
-# Re-measures only the "Calibrated configurations" section (h2okv calibrate, held-out perplexity; about 40
+# Re-measures only the "Calibrated configurations" section (h2okv calibrate, held-out perplexity; about 65
 # minutes on 2 cores).
 calibrate: release
 	bash scripts/run_calibrate.sh results
