@@ -243,6 +243,7 @@ template <typename L>
 struct dense_codec {
     static constexpr int64_t step = 8;
     static constexpr bool dense = true;
+    static constexpr bool tile_in_place = true;
     H2OKV_AVX2 static void decode(const std::byte* row, int64_t i, __m256* w) { w[0] = L::load8(row, i); }
     H2OKV_AVX2 static void decode_tail(const std::byte* row, int64_t i, int64_t n, __m256* w) {
         w[0] = L::load_tail(row, i, n);

@@ -250,6 +250,7 @@ bool cpu_has_vnni() {
 struct f16_codec {
     static constexpr int64_t step = 16;
     static constexpr bool dense = true;
+    static constexpr bool tile_in_place = true;
     H2OKV_AVX512 static void decode(const std::byte* row, int64_t i, reg* w) {
         w[0] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * i)));
     }
@@ -261,6 +262,7 @@ struct f16_codec {
 struct bf16_codec {
     static constexpr int64_t step = 16;
     static constexpr bool dense = true;
+    static constexpr bool tile_in_place = true;
     H2OKV_AVX512 static reg widen(__m256i h) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }

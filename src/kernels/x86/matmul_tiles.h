@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "h2okv/kernels/kernels.h"
 #include "kernels/scratch.h"
@@ -60,6 +61,13 @@ struct f32_rows {
     H2OKV_TILE_TARGET static void decode_tail(const std::byte* row, int64_t i, int64_t n, reg* w) {
         w[0] = V::load_tail(reinterpret_cast<const float*>(row) + i, n);
     }
+};
+
+// Whether the panel tiles read a codec's rows in place instead of a decoded f32 panel: codecs that say so
+// (one conversion per register, F16 and BF16), which halves the bytes a tile streams and needs no panel.
+template <typename C>
+constexpr bool tile_in_place = requires {
+    requires C::tile_in_place;
 };
 
 // Direct path: RM rows x 1 token. x: the token's cols floats; y[r * y_stride]: row r's result. Streaming RM
@@ -109,11 +117,13 @@ H2OKV_TILE_TARGET void direct_tile(const std::byte* const* rows, const float* x,
     for (int r = 0; r < RM; ++r) y[r * y_stride] = sums[r];
 }
 
-// Panel path: RM f32 rows x RN tokens, RM * RN accumulators; every step loads RN activation vectors and RM
-// weight vectors for RM * RN fmas. x: token t at x + t * cols; y[t * y_stride + r].
-template <typename V, int RM, int RN>
-H2OKV_TILE_TARGET void panel_tile(const float* const* rows, const float* x, int64_t cols, float* y,
+// Panel path: RM rows x RN tokens, RM * RN accumulators; every step loads RN activation vectors and decodes
+// RM weight vectors (codec C, one register per step: f32 rows of a decoded panel, or F16/BF16 rows read in
+// place) for RM * RN fmas. x: token t at x + t * cols; y[t * y_stride + r].
+template <typename V, typename C, int RM, int RN>
+H2OKV_TILE_TARGET void panel_tile(const std::byte* const* rows, const float* x, int64_t cols, float* y,
                                   int64_t y_stride) {
+    static_assert(C::step == V::lanes && C::dense, "a panel tile decodes one register per step");
     using reg = typename V::reg;
     reg acc[RM][RN];
 #pragma GCC unroll 8
@@ -128,7 +138,8 @@ H2OKV_TILE_TARGET void panel_tile(const float* const* rows, const float* x, int6
         for (int t = 0; t < RN; ++t) xv[t] = V::load(x + t * cols + i);
 #pragma GCC unroll 8
         for (int r = 0; r < RM; ++r) {
-            const reg w = V::load(rows[r] + i);
+            reg w;
+            C::decode(rows[r], i, &w);
 #pragma GCC unroll 8
             for (int t = 0; t < RN; ++t) acc[r][t] = V::fma(w, xv[t], acc[r][t]);
         }
@@ -140,7 +151,8 @@ H2OKV_TILE_TARGET void panel_tile(const float* const* rows, const float* x, int6
         for (int t = 0; t < RN; ++t) xv[t] = V::load_tail(x + t * cols + i, n);
 #pragma GCC unroll 8
         for (int r = 0; r < RM; ++r) {
-            const reg w = V::load_tail(rows[r] + i, n);
+            reg w;
+            C::decode_tail(rows[r], i, n, &w);
 #pragma GCC unroll 8
             for (int t = 0; t < RN; ++t) acc[r][t] = V::fma(w, xv[t], acc[r][t]);
         }
@@ -156,16 +168,16 @@ H2OKV_TILE_TARGET void panel_tile(const float* const* rows, const float* x, int6
 }
 
 // panel_tile with the token count nt (1..RN) chosen at run time.
-template <typename V, int RM, int RN>
-H2OKV_TILE_TARGET void panel_tile_n(int nt, const float* const* rows, const float* x, int64_t cols, float* y,
-                                    int64_t y_stride) {
+template <typename V, typename C, int RM, int RN>
+H2OKV_TILE_TARGET void panel_tile_n(int nt, const std::byte* const* rows, const float* x, int64_t cols,
+                                    float* y, int64_t y_stride) {
     if constexpr (RN > 1) {
         if (nt < RN) {
-            panel_tile_n<V, RM, RN - 1>(nt, rows, x, cols, y, y_stride);
+            panel_tile_n<V, C, RM, RN - 1>(nt, rows, x, cols, y, y_stride);
             return;
         }
     }
-    panel_tile<V, RM, RN>(rows, x, cols, y, y_stride);
+    panel_tile<V, C, RM, RN>(rows, x, cols, y, y_stride);
 }
 
 // Rows [r0, r1) of the product for every token, decoding each row per token (few tokens).
@@ -216,12 +228,14 @@ H2OKV_TILE_TARGET void decode_row(const std::byte* row, int64_t n, float* dst, s
 }
 
 // Rows [r0, r1) for many tokens: per token block, per panel of up to panel_rows rows (decoded to f32 once,
-// or read in place for F32 weights), per tile of panel_tokens tokens, per panel_rows-row group.
+// or read in place by the tiles: F32, and F16/BF16 whose codec decodes a register straight from the row),
+// per tile of panel_tokens tokens, per panel_rows-row group.
 template <typename V, typename C, bool InPlace>
 H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                                      int64_t r1) {
     constexpr int RM = V::panel_rows;
     constexpr int RN = V::panel_tokens;
+    using T = std::conditional_t<InPlace, C, f32_rows<V>>;  // what the tiles decode
     const int64_t cols = w.cols;
     float* panel = nullptr;
     if constexpr (!InPlace) {
@@ -239,18 +253,18 @@ H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n
         const int t_end = std::min(n_tok, t0 + block_tokens);
         for (int64_t p0 = r0; p0 < r1; p0 += panel_rows) {
             const int64_t np = std::min(panel_rows, r1 - p0);
-            const float* prow[panel_rows];
+            const std::byte* prow[panel_rows];
             for (int64_t j = 0; j < np; ++j) {
                 const std::byte* src = w.data + static_cast<size_t>(p0 + j) * w.row_bytes;
                 if constexpr (InPlace) {
-                    prow[j] = reinterpret_cast<const float*>(src);
+                    prow[j] = src;
                 } else {
                     // The weights stream from memory once per token block: ask for the next panel's rows
                     // while this one is decoded (16 sequences' decode on Sapphire Rapids: half the decode's
                     // time was waiting for them).
                     const size_t next = p0 + panel_rows + j < r1 ? panel_bytes : 0;
                     decode_row<V, C>(src, cols, panel + j * cols, next, step_bytes);
-                    prow[j] = panel + j * cols;
+                    prow[j] = reinterpret_cast<const std::byte*>(panel + j * cols);
                 }
             }
             for (int t = t0; t < t_end; t += RN) {
@@ -258,8 +272,9 @@ H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n
                 const float* xt = x + static_cast<int64_t>(t) * cols;
                 float* yt = y + static_cast<int64_t>(t) * w.rows + p0;
                 int64_t j = 0;
-                for (; j + RM <= np; j += RM) panel_tile_n<V, RM, RN>(nt, prow + j, xt, cols, yt + j, w.rows);
-                for (; j < np; ++j) panel_tile_n<V, 1, RN>(nt, prow + j, xt, cols, yt + j, w.rows);
+                for (; j + RM <= np; j += RM)
+                    panel_tile_n<V, T, RM, RN>(nt, prow + j, xt, cols, yt + j, w.rows);
+                for (; j < np; ++j) panel_tile_n<V, T, 1, RN>(nt, prow + j, xt, cols, yt + j, w.rows);
             }
         }
     }
@@ -272,7 +287,7 @@ H2OKV_TILE_TARGET void matmul_tiled(const matrix_view& w, const float* x, int n_
     if (n_tok < panel_min_tokens) {
         matmul_direct<V, C>(w, x, n_tok, y, r0, r1);
     } else {
-        matmul_panels<V, C, false>(w, x, n_tok, y, r0, r1);
+        matmul_panels<V, C, tile_in_place<C>>(w, x, n_tok, y, r0, r1);
     }
 }
 
