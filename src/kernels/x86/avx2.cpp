@@ -412,7 +412,7 @@ H2OKV_AVX2 void matmul_rows(const matrix_view& w, const float* x, int n_tok, flo
                             int64_t r1) {
     using x86::matmul_tiled;
     switch (w.type) {
-        case tensor_type::f32: x86::matmul_tiled_f32<v256>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::f32: matmul_tiled<v256, x86::f32_rows<v256>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::f16: matmul_tiled<v256, dense_codec<f16_loader>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::bf16: matmul_tiled<v256, dense_codec<bf16_loader>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::q8_0:

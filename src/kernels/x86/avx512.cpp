@@ -375,7 +375,7 @@ H2OKV_AVX512 void matmul_rows(const matrix_view& w, const float* x, int n_tok, f
                               int64_t r1) {
     using x86::matmul_tiled;
     switch (w.type) {
-        case tensor_type::f32: x86::matmul_tiled_f32<v512>(w, x, n_tok, y, r0, r1); return;
+        case tensor_type::f32: matmul_tiled<v512, x86::f32_rows<v512>>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::f16: matmul_tiled<v512, f16_codec>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::bf16: matmul_tiled<v512, bf16_codec>(w, x, n_tok, y, r0, r1); return;
         case tensor_type::q8_0: {

@@ -55,6 +55,7 @@ struct f32_rows {
     using reg = typename V::reg;
     static constexpr int64_t step = V::lanes;
     static constexpr bool dense = true;
+    static constexpr bool tile_in_place = true;
     H2OKV_TILE_TARGET static void decode(const std::byte* row, int64_t i, reg* w) {
         w[0] = V::load(reinterpret_cast<const float*>(row) + i);
     }
@@ -64,7 +65,8 @@ struct f32_rows {
 };
 
 // Whether the panel tiles read a codec's rows in place instead of a decoded f32 panel: codecs that say so
-// (one conversion per register, F16 and BF16), which halves the bytes a tile streams and needs no panel.
+// (F32, and one conversion per register: F16 and BF16), which needs no panel and streams only the rows'
+// bytes.
 template <typename C>
 constexpr bool tile_in_place = requires {
     requires C::tile_in_place;
@@ -230,11 +232,12 @@ H2OKV_TILE_TARGET void decode_row(const std::byte* row, int64_t n, float* dst, s
 // Rows [r0, r1) for many tokens: per token block, per panel of up to panel_rows rows (decoded to f32 once,
 // or read in place by the tiles: F32, and F16/BF16 whose codec decodes a register straight from the row),
 // per tile of panel_tokens tokens, per panel_rows-row group.
-template <typename V, typename C, bool InPlace>
+template <typename V, typename C>
 H2OKV_TILE_TARGET void matmul_panels(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
                                      int64_t r1) {
     constexpr int RM = V::panel_rows;
     constexpr int RN = V::panel_tokens;
+    constexpr bool InPlace = tile_in_place<C>;
     using T = std::conditional_t<InPlace, C, f32_rows<V>>;  // what the tiles decode
     const int64_t cols = w.cols;
     float* panel = nullptr;
@@ -287,18 +290,7 @@ H2OKV_TILE_TARGET void matmul_tiled(const matrix_view& w, const float* x, int n_
     if (n_tok < panel_min_tokens) {
         matmul_direct<V, C>(w, x, n_tok, y, r0, r1);
     } else {
-        matmul_panels<V, C, tile_in_place<C>>(w, x, n_tok, y, r0, r1);
-    }
-}
-
-// F32 weights need no panel: the token tiles read the rows in place.
-template <typename V>
-H2OKV_TILE_TARGET void matmul_tiled_f32(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0,
-                                        int64_t r1) {
-    if (n_tok < panel_min_tokens) {
-        matmul_direct<V, f32_rows<V>>(w, x, n_tok, y, r0, r1);
-    } else {
-        matmul_panels<V, f32_rows<V>, true>(w, x, n_tok, y, r0, r1);
+        matmul_panels<V, C>(w, x, n_tok, y, r0, r1);
     }
 }
 
