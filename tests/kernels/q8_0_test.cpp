@@ -216,14 +216,22 @@ TEST(Q8_0Act, ProductIsCloseToTheFloatProduct) {
     }
 }
 
-// Every variant, on plain rows and packed, with token counts that take full and partial token tiles and row
-// ranges split at group boundaries as the threaded matmul splits them; the reference on the packed layout
+// The row ranges a test hands a kernel in one pass over a matrix: all rows at once, and for the packed layout
+// also one 16-row group at a time (as the threaded matmul may split them). Whole ranges of 3 or 5 groups take
+// the tiles that span several groups and the one-group tiles of the groups left over.
+std::vector<int64_t> row_steps(const matrix_view& w) {
+    if (w.layout == weight_layout::q8_0_x16) return {w.rows, 16};
+    return {w.rows};
+}
+
+// Every variant, on plain rows and packed, with token counts that take full and partial token tiles (one and
+// several row vectors) and row ranges whole or split at group boundaries; the reference on the packed layout
 // too. 1..9 tokens, 13, 16 and 26.
 TEST(Q8_0Act, VariantsMatchReferenceBitForBit) {
     int compared = 0;
     uint32_t seed = 30;
     for (int64_t cols : {32, 96, 576}) {
-        for (int64_t rows : {16, 48, 5, 17}) {
+        for (int64_t rows : {16, 48, 80, 5, 17}) {
             const encoded_matrix m = full_range_q8_0(rows, cols, seed++);
             packed_weights packed;
             bool did = false;
@@ -238,14 +246,16 @@ TEST(Q8_0Act, VariantsMatchReferenceBitForBit) {
                 ASSERT_TRUE(same_bits(want, ref_packed)) << "reference packed, n_tok " << n_tok;
                 for (const variant& v : fast_variants()) {
                     for (const matrix_view& w : {m.view(), pw}) {
-                        std::vector<float> got(want.size(), -1.0f);
-                        const int64_t step = rows % 16 == 0 ? 16 : rows;
-                        for (int64_t r0 = 0; r0 < rows; r0 += step)
-                            v.rows(w, x.data(), n_tok, got.data(), r0, std::min(rows, r0 + step));
-                        ASSERT_TRUE(same_bits(want, got))
-                            << v.name << (w.layout == weight_layout::rows ? " plain" : " packed") << " rows "
-                            << rows << " cols " << cols << " n_tok " << n_tok;
-                        ++compared;
+                        for (const int64_t step : row_steps(w)) {
+                            std::vector<float> got(want.size(), -1.0f);
+                            for (int64_t r0 = 0; r0 < rows; r0 += step)
+                                v.rows(w, x.data(), n_tok, got.data(), r0, std::min(rows, r0 + step));
+                            ASSERT_TRUE(same_bits(want, got))
+                                << v.name << (w.layout == weight_layout::rows ? " plain" : " packed")
+                                << " rows " << rows << " cols " << cols << " n_tok " << n_tok << " step "
+                                << step;
+                            ++compared;
+                        }
                     }
                 }
                 std::vector<float> got(want.size(), -1.0f);
@@ -263,7 +273,7 @@ TEST(Q8_0Act, EveryKernelMatchesReferenceBitForBit) {
     int compared = 0;
     uint32_t seed = 60;
     for (int64_t cols : {64, 576}) {
-        for (int64_t rows : {32, 7}) {
+        for (int64_t rows : {32, 48, 7}) {
             const encoded_matrix m = full_range_q8_0(rows, cols, seed++);
             packed_weights packed;
             const matrix_view pw = packed.pack(m.view());
@@ -275,14 +285,16 @@ TEST(Q8_0Act, EveryKernelMatchesReferenceBitForBit) {
                 ref::q8_0_rows(m.view(), xq.data(), n_tok, want.data(), 0, rows);
                 for (const auto& [name, fn] : dot_variants()) {
                     for (const matrix_view& w : {m.view(), pw}) {
-                        std::vector<float> got(want.size(), -1.0f);
-                        const int64_t step = w.layout == weight_layout::q8_0_x16 ? 16 : rows;
-                        for (int64_t r0 = 0; r0 < rows; r0 += step)
-                            fn(w, xq.data(), n_tok, got.data(), r0, std::min(rows, r0 + step));
-                        ASSERT_TRUE(same_bits(want, got))
-                            << name << (w.layout == weight_layout::rows ? " plain" : " packed") << " rows "
-                            << rows << " cols " << cols << " n_tok " << n_tok;
-                        ++compared;
+                        for (const int64_t step : row_steps(w)) {
+                            std::vector<float> got(want.size(), -1.0f);
+                            for (int64_t r0 = 0; r0 < rows; r0 += step)
+                                fn(w, xq.data(), n_tok, got.data(), r0, std::min(rows, r0 + step));
+                            ASSERT_TRUE(same_bits(want, got))
+                                << name << (w.layout == weight_layout::rows ? " plain" : " packed")
+                                << " rows " << rows << " cols " << cols << " n_tok " << n_tok << " step "
+                                << step;
+                            ++compared;
+                        }
                     }
                 }
             }

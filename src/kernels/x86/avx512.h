@@ -31,12 +31,16 @@ void attend_turned(const float* q, int n_q, const kv_rows& k, const kv_rows& v, 
 void kquant_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y, int64_t r0,
                  int64_t r1);
 
-// kernel_table::q8_0_rows: with AVX512-VNNI a 16-row q8_0_x16 group x 8 tokens per tile (vpdpbusd) and the
-// plain rows' kernel with 256-bit vpdpbusd (src/kernels/x86/q8_0_avx512.cpp), else AVX2's.
+// kernel_table::q8_0_rows: with AVX512-VNNI q8_0_x16 tiles of two 16-row groups x 6 tokens from 8 tokens on,
+// one group x 8 tokens below (vpdpbusd), and the plain rows' kernel with 256-bit vpdpbusd
+// (src/kernels/x86/q8_0_avx512.cpp), else AVX2's.
 void q8_0_dot_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
                    int64_t r1);
 void q8_0_dot_rows_vnni(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y, int64_t r0,
                         int64_t r1);
+// The tiles of before: one group x 8 tokens at every token count (bench_q8_0_bench compares).
+void q8_0_dot_rows_vnni_one_group(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
+                                  int64_t r0, int64_t r1);
 // The f32-activation Q8_0 product of before (plain rows; see avx2::matmul_q8_0_f32_rows).
 void matmul_q8_0_f32_rows(const matrix_view& w, const float* x, int n_tok, float* y, int64_t r0, int64_t r1);
 

@@ -29,6 +29,7 @@ struct q8v256 {
     using freg = __m256;
     static constexpr int64_t lanes = 8;
     static constexpr int q8_tokens = 4;
+    static constexpr int q8_row_vectors = 1;
     struct weights {
         __m256i w;
         __m256i abs_w;

@@ -27,12 +27,17 @@
 namespace h2okv::kernels::avx512 {
 namespace {
 
-// A 16-row group x 8 tokens per tile (8 integer and 8 float accumulators of the 32 zmm registers).
+// From 8 tokens on, two 16-row groups x 6 tokens per tile (12 integer and 12 float accumulators of the 32 zmm
+// registers), so that each broadcast activation word feeds two vpdpbusd; fewer tokens, and groups left over,
+// one group x 8 tokens (`bench_q8_0_bench` times both).
 struct q8v512 {
     using ireg = __m512i;
     using freg = __m512;
     static constexpr int64_t lanes = 16;
-    static constexpr int q8_tokens = 8;
+    static constexpr int q8_row_vectors = 2;
+    static constexpr int q8_tokens = 6;
+    static constexpr int q8_wide_from = 8;
+    static constexpr int q8_tokens_one_vector = 8;
     H2OKV_AVX512_VNNI static ireg iload(const int32_t* p) { return _mm512_loadu_si512(p); }
     H2OKV_AVX512_VNNI static ireg ibcast(const void* p) {
         int32_t v;
@@ -53,11 +58,22 @@ struct q8v512 {
     H2OKV_AVX512_VNNI static ireg q8_init(int32_t bias) { return _mm512_set1_epi32(bias); }
 };
 
+// One group x 8 tokens at every token count.
+struct q8v512_one_group : q8v512 {
+    static constexpr int q8_row_vectors = 1;
+    static constexpr int q8_tokens = 8;
+};
+
 }  // namespace
 
 H2OKV_AVX512_VNNI void q8_0_dot_rows_vnni(const matrix_view& w, const detail::q8_0_act* xq, int n_tok,
                                           float* y, int64_t r0, int64_t r1) {
     x86::q8_0_rows<q8v512>(w, xq, n_tok, y, r0, r1);
+}
+
+H2OKV_AVX512_VNNI void q8_0_dot_rows_vnni_one_group(const matrix_view& w, const detail::q8_0_act* xq,
+                                                    int n_tok, float* y, int64_t r0, int64_t r1) {
+    x86::q8_0_rows<q8v512_one_group>(w, xq, n_tok, y, r0, r1);
 }
 
 }  // namespace h2okv::kernels::avx512

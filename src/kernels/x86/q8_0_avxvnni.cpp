@@ -28,6 +28,7 @@ struct q8v256_vnni {
     using freg = __m256;
     static constexpr int64_t lanes = 8;
     static constexpr int q8_tokens = 6;
+    static constexpr int q8_row_vectors = 1;
     H2OKV_AVX_VNNI static ireg iload(const int32_t* p) {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     }
