@@ -1,16 +1,19 @@
 // Kernel micro-benchmarks: matmul weight bandwidth (GB/s of weights streamed) per weight type, ISA, shape and
 // thread count, prefill-style matmul throughput (GFLOP/s), attention over 1k / 8k slots of f32, f16 and q8_0
-// K/V (one query head or a GQA group of three, with and without the fused H2O score bookkeeping), and the
+// K/V (one query head or a GQA group of three, with and without the fused H2O score bookkeeping), attention
+// over many caches from memory with the rows in order or scattered, and the
 // machine's measured peaks to compare them with: streaming-read bandwidth of a buffer far larger than the
 // caches, and fma throughput (AVX2 and AVX-512).
 //
 //   ./bench_kernels_bench --benchmark_filter='peak|matmul/Q8_0/avx512/rows:16384'
 //   ./bench_kernels_bench --benchmark_filter='matmul/.*/n_tok:512'
 //   ./bench_kernels_bench --benchmark_filter=attend
+//   ./bench_kernels_bench --benchmark_filter=attend_memory   (kept rows in order against scattered, from memory)
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -185,6 +188,56 @@ void attend_args(benchmark::internal::Benchmark* b) {
     b->Unit(benchmark::kMicrosecond);
 }
 
+// Attention as a decode step of many caches meets it: `units` (layer, KV head) stores of 512 f16 slots of 64
+// (K and V: 64 MiB for 256 units, twice the L3 cache), each attended by a GQA group of three query heads over
+// 448 of its slots with the fused score bookkeeping, the units split between `threads`. The slots in
+// ascending order (a full cache, rows read one after another) or shuffled (a cache whose evictions recycled
+// slots: the kept rows lie scattered in the store). Bytes: K and V rows read.
+void attend_memory_bench(benchmark::State& state) {
+    const bool scattered = state.range(0) != 0;
+    const int threads = static_cast<int>(state.range(1));
+    constexpr int units = 256, capacity = 512, n = 448, hd = 64, n_q = 3;
+    const tensor_type type = tensor_type::f16;
+    const size_t row_bytes = k::row_size(type, hd);
+    const size_t unit_bytes = row_bytes * capacity;
+    const std::vector<std::byte> one = random_kv(type, capacity, hd, 7);
+    std::vector<std::byte> kb(unit_bytes * units), vb(unit_bytes * units);
+    for (int u = 0; u < units; ++u) {
+        std::memcpy(kb.data() + u * unit_bytes, one.data(), unit_bytes);
+        std::memcpy(vb.data() + u * unit_bytes, one.data(), unit_bytes);
+    }
+    std::vector<std::vector<int32_t>> slots(units, std::vector<int32_t>(capacity));
+    std::mt19937 rng(8);
+    for (auto& s : slots) {
+        std::iota(s.begin(), s.end(), 0);
+        if (scattered) std::shuffle(s.begin(), s.end(), rng);
+        s.resize(n);
+        if (!scattered) std::sort(s.begin(), s.end());
+    }
+    const std::vector<float> q = random_floats(static_cast<size_t>(n_q) * hd, 9);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    for (auto _ : state) {
+#pragma omp parallel
+        {
+            std::vector<float> out(static_cast<size_t>(n_q) * hd), w(static_cast<size_t>(n_q) * n);
+            std::vector<double> row(capacity);
+#pragma omp for schedule(static)
+            for (int u = 0; u < units; ++u) {
+                const k::kv_rows kr{type, kb.data() + u * unit_bytes, row_bytes};
+                const k::kv_rows vr{type, vb.data() + u * unit_bytes, row_bytes};
+                k::attend(q.data(), n_q, kr, vr, hd, slots[static_cast<size_t>(u)].data(), n, scale,
+                          out.data(), w.data(), static_cast<size_t>(n), row.data());
+            }
+            benchmark::DoNotOptimize(out.data());
+        }
+        benchmark::ClobberMemory();
+    }
+    omp_set_num_threads(saved_threads);
+    state.SetBytesProcessed(state.iterations() * int64_t{units} * n * 2 * static_cast<int64_t>(row_bytes));
+}
+
 // Streaming read of 512 MiB (16x the L3 cache) split across `threads`: the memory bandwidth a matrix-vector
 // product can at best reach.
 // Sum of n 64-bit words (n a multiple of 64) with the widest loads the CPU has and 8 independent
@@ -311,6 +364,11 @@ void register_all() {
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
     }
+    benchmark::RegisterBenchmark("attend_memory", attend_memory_bench)
+        ->ArgsProduct({{0, 1}, {1, 2}})
+        ->ArgNames({"scattered", "threads"})
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
     const std::pair<tensor_type, const char*> types[] = {
         {tensor_type::f32, "F32"},   {tensor_type::f16, "F16"},   {tensor_type::bf16, "BF16"},
         {tensor_type::q8_0, "Q8_0"}, {tensor_type::q4_0, "Q4_0"}, {tensor_type::q4_k, "Q4_K"},
