@@ -131,7 +131,8 @@ H2OKV_AVX512 void scores(const float* q, const Keys& keys, int hd, const int32_t
     }
 }
 
-// Rows this many slots ahead are prefetched (kept rows lie scattered once evictions recycle slots).
+// Rows this many slots ahead are prefetched (kept rows lie scattered once evictions recycle slots), the V
+// rows already during the keys' pass (as attend_avx2.cpp).
 constexpr int prefetch_ahead = 16;
 
 H2OKV_AVX512 inline void prefetch_row(const kv_rows& r, int32_t slot) {
@@ -196,8 +197,10 @@ H2OKV_AVX512 void attend_heads(const float* q, const Keys& keys, const kv_rows& 
                                size_t w_stride) {
     constexpr int S = NQ == 1 ? 8 : 4;  // (head, slot) chains in flight: 8 or 12
     for (int j = 0; j < n; j += S) {
-        for (int p = j + prefetch_ahead; p < std::min(n, j + prefetch_ahead + S); ++p)
+        for (int p = j + prefetch_ahead; p < std::min(n, j + prefetch_ahead + S); ++p) {
             prefetch_row(keys.k, slots[p]);
+            prefetch_row(v, slots[p]);
+        }
         scores<Keys, NQ, S>(q, keys, hd, slots, j, std::min(S, n - j), scale, w + j, w_stride);
     }
     for (int h = 0; h < NQ; ++h) avx2::softmax(w + static_cast<size_t>(h) * w_stride, n);
