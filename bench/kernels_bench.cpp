@@ -191,8 +191,9 @@ void attend_args(benchmark::internal::Benchmark* b) {
 // Attention as a decode step of many caches meets it: `units` (layer, KV head) stores of 512 f16 slots of 64
 // (K and V: 64 MiB for 256 units, twice the L3 cache), each attended by a GQA group of three query heads over
 // 448 of its slots with the fused score bookkeeping, the units split between `threads`. The slots in
-// ascending order (a full cache, rows read one after another) or shuffled (a cache whose evictions recycled
-// slots: the kept rows lie scattered in the store). Bytes: K and V rows read.
+// ascending order (as the engine hands them, evictions or not: kv_policy keeps the kept slots ascending) or
+// shuffled (an order the engine never produces: what the order of the rows costs). Bytes: K and V rows
+// read.
 void attend_memory_bench(benchmark::State& state) {
     const bool scattered = state.range(0) != 0;
     const int threads = static_cast<int>(state.range(1));

@@ -127,11 +127,11 @@ H2OKV_AVX2 void scores(const float* q, const Keys& keys, int hd, const int32_t* 
     }
 }
 
-// Once evictions have recycled slots, the kept rows lie scattered over the store, which the hardware
-// prefetcher cannot follow: the kernels prefetch the rows this many slots ahead (it changes no result), the
-// V rows already during the keys' pass, so that the weighted sum after the softmax finds them in cache
-// (attention over 64 MiB of caches, `bench_kernels_bench --benchmark_filter=attend_memory`, AVX-512 build:
-// with the rows scattered 25 % faster at one thread and 13 % at two, docs/PERFORMANCE.md).
+// The kernels prefetch the rows this many slots ahead (it changes no result), the V rows already during the
+// keys' pass, so that the weighted sum after the softmax finds them in cache. The engine hands the slots in
+// ascending order (kv_policy keeps them so), but a caller may pass any order: with the rows shuffled over
+// 64 MiB of caches (`bench_kernels_bench --benchmark_filter=attend_memory`, AVX-512 build) the V prefetch
+// made attention 25 % faster at one thread and 13 % at two (docs/PERFORMANCE.md).
 constexpr int prefetch_ahead = 16;
 
 H2OKV_AVX2 inline void prefetch_row(const kv_rows& r, int32_t slot) {

@@ -131,8 +131,8 @@ H2OKV_AVX512 void scores(const float* q, const Keys& keys, int hd, const int32_t
     }
 }
 
-// Rows this many slots ahead are prefetched (kept rows lie scattered once evictions recycle slots), the V
-// rows already during the keys' pass (as attend_avx2.cpp).
+// Rows this many slots ahead are prefetched, the V rows already during the keys' pass (as
+// attend_avx2.cpp).
 constexpr int prefetch_ahead = 16;
 
 H2OKV_AVX512 inline void prefetch_row(const kv_rows& r, int32_t slot) {
