@@ -16,10 +16,12 @@ namespace {
 // at most, and always one query's.
 constexpr size_t k_weights_floats = size_t{1} << 22;
 // Below these amounts of work (multiply-adds of a block's attention, row entries of its commits, elements of
-// a step's K/V writes) a parallel region costs more than it saves.
+// a step's K/V writes) a parallel region costs more than it saves. A K/V write costs far more than its
+// elements: its rows are rarely in cache (a decode step of 16 sequences of SmolLM, 3072 elements, spent 5 %
+// of its time in them on one thread), so writes fork from 1024 elements.
 constexpr int64_t k_attend_min_work = 32768;
 constexpr int64_t k_commit_min_work = 16384;
-constexpr int64_t k_store_min_work = 4096;
+constexpr int64_t k_store_min_work = 1024;
 // Heads summed in one pass over a unit's slots.
 constexpr int max_unit_heads = 64;
 // attention_runner::fused_: the commit sums the heads' weights into the row; the kernel sums them; the kernel
@@ -264,13 +266,13 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
     const int group = hp_.gqa_group();
     const bool hand = c.hands_rows(layer);
     double* row = c.row(u);
-    const auto& slots = c.attended_[static_cast<size_t>(u)];
+    const int32_t* slots = c.policy_->attended_slots(u).data();
     const int qa = std::max(q0, sg.first);
     const int qb = std::min(q1, sg.first + sg.n);
     for (int qi = qa; qi < qb; ++qi) {
         const query& qu = queries_[static_cast<size_t>(qi)];
         const size_t bi = static_cast<size_t>(qi - block_q0_);
-        const int n = c.n_kept_[static_cast<size_t>(u)] + qu.ci + 1;
+        const int n = c.n_kept(u) + qu.ci + 1;
         if (fused_[bi] == k_row_apart) {
             const float* heads[max_unit_heads];
             int n_heads = 0;
@@ -279,11 +281,11 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
                 const float* base = weights_.data() + w_off_[bi * static_cast<size_t>(hp_.n_kv_head) + g];
                 for (int h = 0; h < group; ++h) heads[n_heads++] = base + static_cast<size_t>(h) * n;
                 if (n_heads + group > max_unit_heads) {  // more heads than the array: add these now
-                    add_heads(row, slots.data(), n, heads, n_heads);
+                    add_heads(row, slots, n, heads, n_heads);
                     n_heads = 0;
                 }
             }
-            add_heads(row, slots.data(), n, heads, n_heads);
+            add_heads(row, slots, n, heads, n_heads);
         }
         if (hand) hand_over(sg, u, qu.ci);
     }
@@ -291,23 +293,23 @@ void attention_runner::commit_unit(int layer, int s, int u, int q0, int q1) {
 
 void attention_runner::hand_over(const segment& sg, int u, int ci) {
     kv_cache& c = *sg.cache;
-    const auto& slots = c.attended_[static_cast<size_t>(u)];
-    const int n_kept = c.n_kept_[static_cast<size_t>(u)];
+    const int32_t* slots = c.policy_->attended_slots(u).data();
+    const int n_kept = c.n_kept(u);
     const int n = n_kept + ci + 1;
     double* row = c.row(u);
     if (c.observer_) {
         std::vector<int64_t> positions;
         const auto pos = c.policy_->slot_positions(u);
         for (int j = 0; j < n; ++j) {
-            positions.push_back(j < n_kept ? pos[static_cast<size_t>(slots[static_cast<size_t>(j)])]
+            positions.push_back(j < n_kept ? pos[static_cast<size_t>(slots[j])]
                                            : c.chunk_first_ + (j - n_kept));
         }
         std::vector<double> increments;
-        for (int j = 0; j < n; ++j) increments.push_back(row[slots[static_cast<size_t>(j)]]);
+        for (int j = 0; j < n; ++j) increments.push_back(row[slots[j]]);
         c.observer_(u, c.chunk_first_ + ci, positions, increments);
     }
     c.policy_->add_row(u, ci, row);
-    for (int j = 0; j < n; ++j) row[slots[static_cast<size_t>(j)]] = 0.0;
+    for (int j = 0; j < n; ++j) row[slots[j]] = 0.0;
 }
 
 void attention_runner::emit_weights(int layer, int q0, int q1) {

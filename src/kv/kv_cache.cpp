@@ -108,10 +108,9 @@ result<cache_footprint> kv_cache::plan(const model::hparams& hp, const policy::p
         fp.kv_bytes += slot_store::bytes_for(n_sliding, hp.n_kv_head, hp.head_dim, wf.capacity, type);
         fp.table_bytes += wf.table_bytes + window_list_bytes(wf.capacity);
     }
-    // Per unit: the attended slot list (int32 per slot); when the policy reads attention, the score rows of
-    // one layer's units (double per slot).
+    // When the policy reads attention, the score rows of one layer's units (double per slot).
     const int64_t rows = pf.needs_attention ? rows_in_flight(hp, policy::granularity_of(pp)) : 0;
-    fp.table_bytes += pf.table_bytes + pf.total_slots() * 4 + 4 * pf.n_units + pf.capacity * 8 * rows;
+    fp.table_bytes += pf.table_bytes + pf.capacity * 8 * rows;
     // A policy that keeps its own copy of the keys (f32), sized by its largest unit.
     fp.table_bytes += pf.capacity * pf.n_units * pf.stored_keys_per_slot * hp.head_dim * 4;
     // Rolling positions: the turns' tables (2 * rope_dim floats per slot and distinct rope of the layers; the
@@ -229,12 +228,7 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const model::hparams& hp, con
             c->window_attended_.reserve(static_cast<size_t>(c->window_->capacity()));
             c->window_positions_.reserve(static_cast<size_t>(c->window_->capacity()));
         }
-        const auto units = static_cast<size_t>(c->policy_->n_units());
         const auto cap = static_cast<size_t>(c->capacity());
-        c->attended_.resize(units);
-        c->n_kept_.assign(units, 0);
-        for (size_t u = 0; u < units; ++u)
-            c->attended_[u].reserve(static_cast<size_t>(c->policy_->capacity(static_cast<int>(u))));
         if (c->policy_->needs_attention()) {
             c->rows_.assign(static_cast<size_t>(rows_in_flight(hp, c->policy_->config().gran)),
                             std::vector<double>(cap, 0.0));
@@ -295,7 +289,7 @@ void kv_cache::write(int layer, int g, int ci, const float* k, const float* v) {
 std::span<const int32_t> kv_cache::attended(int layer, int g, int ci) const {
     if (!sliding(layer)) {
         const auto u = static_cast<size_t>(unit_of(layer, g));
-        return {attended_[u].data(), static_cast<size_t>(n_kept_[u] + ci + 1)};
+        return policy_->attended_slots(static_cast<int>(u)).first(static_cast<size_t>(n_kept(u) + ci + 1));
     }
     // Kept positions ascend, then the chunk's: the window (t - W, t] is a contiguous run ending at t.
     const auto end = static_cast<size_t>(window_n_kept_ + ci + 1);
@@ -317,7 +311,7 @@ void kv_cache::attended_positions(int layer, int g, int ci, std::vector<int64_t>
         return;
     }
     const int u = unit_of(layer, g);
-    const int n_kept = n_kept_[static_cast<size_t>(u)];
+    const int n_kept = this->n_kept(u);
     const auto pos = policy_->slot_positions(u);
     for (size_t j = 0; j < slots.size(); ++j) {
         out->push_back(static_cast<int>(j) < n_kept ? pos[static_cast<size_t>(slots[j])]
@@ -368,14 +362,6 @@ status kv_cache::begin_chunk(int64_t first, int n) {
     chunk_first_ = first;
     chunk_n_ = n;
     chunk_done_ = 0;
-    for (int u = 0; u < policy_->n_units(); ++u) {
-        auto kept = policy_->kept_slots(u);
-        auto chunk = policy_->chunk_slots(u);
-        auto& a = attended_[static_cast<size_t>(u)];
-        a.assign(kept.begin(), kept.end());
-        a.insert(a.end(), chunk.begin(), chunk.end());
-        n_kept_[static_cast<size_t>(u)] = static_cast<int>(kept.size());
-    }
     return ok_status();
 }
 

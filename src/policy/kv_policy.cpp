@@ -289,6 +289,7 @@ status kv_policy::begin_chunk(int64_t first, int n) {
             t.pos[slot] = first + i;
             t.score[slot] = 0.0;
             t.chunk[i] = slot;
+            t.kept[static_cast<size_t>(t.n_kept + i)] = slot;  // attended_slots: the kept, then the chunk
             t.high_water = std::max(t.high_water, slot + 1);
             if (!t.drop.empty()) {
                 t.admitted[slot] = t.n_kept + i;
@@ -317,6 +318,12 @@ std::span<const int32_t> kv_policy::kept_slots(int unit) const {
 std::span<const int32_t> kv_policy::chunk_slots(int unit) const {
     const auto& t = table(unit);
     return {t.chunk.data(), static_cast<size_t>(t.n_chunk)};
+}
+
+std::span<const int32_t> kv_policy::attended_slots(int unit) const {
+    const auto& t = table(unit);
+    assert(state_->in_chunk);
+    return {t.kept.data(), static_cast<size_t>(t.n_kept + t.n_chunk)};
 }
 
 void kv_policy::add_row(int unit, int i, const double* row) {

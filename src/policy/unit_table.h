@@ -18,7 +18,9 @@ struct unit_table {
     // Per slot, `capacity` entries each.
     std::vector<int64_t> pos;   // the position held, -1 for a free slot
     std::vector<double> score;  // accumulated attention (0 for a free slot)
-    std::vector<int32_t> kept;  // kept[0..n_kept): slots held before the chunk, in ascending order
+    // kept[0..n_kept): slots held before the chunk, in ascending order; during a chunk the chunk's slots
+    // follow them (kv_policy::attended_slots).
+    std::vector<int32_t> kept;
     // Rolling mode only (empty in original mode): the rolling position each slot's token was admitted at,
     // and how far it has dropped since (kv_policy::slot_turns); its rolling position is the difference.
     std::vector<int32_t> admitted;

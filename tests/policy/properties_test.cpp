@@ -147,6 +147,44 @@ TEST_P(properties, RollingPositionsAreRanksInTheCache) {
     EXPECT_GT(pol.total_evictions(), 0);
 }
 
+// kv_policy::attended_slots: during every chunk, each unit's kept slots (ascending) then the chunk's slots in
+// one array, the list the engine's attention reads without copying it.
+TEST_P(properties, AttendedSlotsAreTheKeptThenTheChunk) {
+    const layout l = gqa_layout(6, 300);
+    params p;
+    p.name = GetParam();
+    if (policy::policy_evicts(p.name)) p.budget = policy::budget_spec::count(24);
+    auto created = kv_policy::create(p, l, 300);
+    ASSERT_TRUE(created.ok()) << created.error().to_string();
+    kv_policy& pol = **created;
+    std::mt19937 rng(5);
+    std::vector<double> row(static_cast<size_t>(pol.capacity()));
+    int64_t first = 0;
+    while (first < 300) {
+        const int n = static_cast<int>(std::min<int64_t>(1 + rng() % 6, 300 - first));
+        ASSERT_TRUE(pol.begin_chunk(first, n).ok());
+        for (int u = 0; u < pol.n_units(); ++u) {
+            const auto kept = pol.kept_slots(u);
+            const auto chunk = pol.chunk_slots(u);
+            std::vector<int32_t> want(kept.begin(), kept.end());
+            EXPECT_TRUE(std::is_sorted(want.begin(), want.end())) << "unit " << u << " at " << first;
+            want.insert(want.end(), chunk.begin(), chunk.end());
+            const auto attended = pol.attended_slots(u);
+            ASSERT_EQ(std::vector<int32_t>(attended.begin(), attended.end()), want)
+                << "unit " << u << ", chunk at " << first;
+            for (int i = 0; i < n; ++i) {
+                for (double& x : row) x = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+                pol.add_row(u, i, row.data());
+            }
+        }
+        ASSERT_TRUE(pol.end_chunk().ok());
+        first += n;
+    }
+    if (policy::policy_evicts(p.name)) {
+        EXPECT_GT(pol.total_evictions(), 0);
+    }
+}
+
 TEST_P(properties, BudgetCoveringTheRunEvictsNothing) {
     for (int chunk : {1, 5, 64}) {
         const int64_t length = 150;

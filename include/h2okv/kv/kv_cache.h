@@ -178,8 +178,8 @@ private:
     int64_t chunk_base_ = 0;  // position_of(0)
     int chunk_n_ = 0;
     int chunk_done_ = 0;
-    std::vector<std::vector<int32_t>> attended_;  // per unit: kept slots, then the chunk's slots
-    std::vector<int> n_kept_;                     // per unit: how many of attended_ are kept slots
+    // Slots held by unit u before the open chunk: the first entries of its attended list.
+    int n_kept(int unit) const { return static_cast<int>(policy_->kept_slots(unit).size()); }
     // The rows being summed, indexed by slot: only one layer's units are in flight at a time, so one row per
     // KV head for head-granularity units, one for layer or model units (row(u)).
     std::vector<std::vector<double>> rows_;

@@ -275,6 +275,9 @@ public:
     std::span<const int32_t> kept_slots(int unit) const;
     // The slot of chunk token i, for i in [0, n), of the current (or last) chunk.
     std::span<const int32_t> chunk_slots(int unit) const;
+    // Between begin_chunk and end_chunk: kept_slots(unit) then chunk_slots(unit), in one array, so that
+    // chunk query i attends its first n_kept(unit) + i + 1 entries without a copy.
+    std::span<const int32_t> attended_slots(int unit) const;
     // The row increment of chunk query i of `unit`: `row` has capacity() entries indexed by slot (zero
     // where the query did not attend, free slots included). Decays then adds, per the contract. Not calling
     // it for (unit, i) is a null row. Rows of one unit must come in increasing i.
