@@ -20,6 +20,30 @@ using policy::kv_policy;
 using policy::layout;
 using policy::params;
 
+// Chunks of 1 to 6 tokens (random) over [0, length): in each, in_chunk(first, n) runs after begin_chunk, then
+// every unit takes a row of random weights per query; after_chunk(next first) runs after end_chunk.
+template <typename InChunk, typename AfterChunk>
+void random_chunks(kv_policy& pol, int64_t length, uint32_t seed, InChunk in_chunk, AfterChunk after_chunk) {
+    std::mt19937 rng(seed);
+    std::vector<double> row(static_cast<size_t>(pol.capacity()));
+    int64_t first = 0;
+    while (first < length) {
+        const int n = static_cast<int>(std::min<int64_t>(1 + rng() % 6, length - first));
+        ASSERT_TRUE(pol.begin_chunk(first, n).ok());
+        in_chunk(first, n);
+        for (int u = 0; u < pol.n_units(); ++u) {
+            for (int i = 0; i < n; ++i) {
+                for (double& x : row) x = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+                pol.add_row(u, i, row.data());
+            }
+        }
+        ASSERT_TRUE(pol.end_chunk().ok());
+        first += n;
+        after_chunk(first);
+        if (::testing::Test::HasFatalFailure()) return;
+    }
+}
+
 class properties : public ::testing::TestWithParam<std::string> {
 protected:
     // budget, plus sinks/recent when the policy accepts them; the first configuration the policy accepts.
@@ -114,36 +138,30 @@ TEST_P(properties, RollingPositionsAreRanksInTheCache) {
     auto created = kv_policy::create(p, l, 400);
     ASSERT_TRUE(created.ok()) << created.error().to_string();
     kv_policy& pol = **created;
-    std::mt19937 rng(3);
-    std::vector<double> row(static_cast<size_t>(pol.capacity()));
-    int64_t first = 0;
-    while (first < 400) {
-        const int n = static_cast<int>(std::min<int64_t>(1 + rng() % 6, 400 - first));
-        ASSERT_TRUE(pol.begin_chunk(first, n).ok());
-        for (int u = 0; u < pol.n_units(); ++u) {
-            const auto ranks = pol.slot_rolling_positions(u);
-            const auto chunk = pol.chunk_slots(u);
-            for (int i = 0; i < n; ++i)
-                EXPECT_EQ(ranks[static_cast<size_t>(chunk[static_cast<size_t>(i)])], pol.n_kept(u) + i);
-            for (int i = 0; i < n; ++i) {
-                for (double& x : row) x = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-                pol.add_row(u, i, row.data());
+    random_chunks(
+        pol, 400, 3,
+        [&](int64_t, int n) {
+            for (int u = 0; u < pol.n_units(); ++u) {
+                const auto ranks = pol.slot_rolling_positions(u);
+                const auto chunk = pol.chunk_slots(u);
+                for (int i = 0; i < n; ++i)
+                    EXPECT_EQ(ranks[static_cast<size_t>(chunk[static_cast<size_t>(i)])], pol.n_kept(u) + i);
             }
-        }
-        ASSERT_TRUE(pol.end_chunk().ok());
-        first += n;
-        for (int u = 0; u < pol.n_units(); ++u) {
-            const auto kept = pol.kept_positions(u);
-            const auto pos = pol.slot_positions(u);
-            const auto ranks = pol.slot_rolling_positions(u);
-            for (int32_t slot : pol.kept_slots(u)) {
-                const auto rank =
-                    std::lower_bound(kept.begin(), kept.end(), pos[static_cast<size_t>(slot)]) - kept.begin();
-                ASSERT_EQ(ranks[static_cast<size_t>(slot)], rank)
-                    << "unit " << u << " after position " << first;
+        },
+        [&](int64_t first) {
+            for (int u = 0; u < pol.n_units(); ++u) {
+                const auto kept = pol.kept_positions(u);
+                const auto pos = pol.slot_positions(u);
+                const auto ranks = pol.slot_rolling_positions(u);
+                for (int32_t slot : pol.kept_slots(u)) {
+                    const auto rank =
+                        std::lower_bound(kept.begin(), kept.end(), pos[static_cast<size_t>(slot)]) -
+                        kept.begin();
+                    ASSERT_EQ(ranks[static_cast<size_t>(slot)], rank)
+                        << "unit " << u << " after position " << first;
+                }
             }
-        }
-    }
+        });
     EXPECT_GT(pol.total_evictions(), 0);
 }
 
@@ -157,29 +175,21 @@ TEST_P(properties, AttendedSlotsAreTheKeptThenTheChunk) {
     auto created = kv_policy::create(p, l, 300);
     ASSERT_TRUE(created.ok()) << created.error().to_string();
     kv_policy& pol = **created;
-    std::mt19937 rng(5);
-    std::vector<double> row(static_cast<size_t>(pol.capacity()));
-    int64_t first = 0;
-    while (first < 300) {
-        const int n = static_cast<int>(std::min<int64_t>(1 + rng() % 6, 300 - first));
-        ASSERT_TRUE(pol.begin_chunk(first, n).ok());
-        for (int u = 0; u < pol.n_units(); ++u) {
-            const auto kept = pol.kept_slots(u);
-            const auto chunk = pol.chunk_slots(u);
-            std::vector<int32_t> want(kept.begin(), kept.end());
-            EXPECT_TRUE(std::is_sorted(want.begin(), want.end())) << "unit " << u << " at " << first;
-            want.insert(want.end(), chunk.begin(), chunk.end());
-            const auto attended = pol.attended_slots(u);
-            ASSERT_EQ(std::vector<int32_t>(attended.begin(), attended.end()), want)
-                << "unit " << u << ", chunk at " << first;
-            for (int i = 0; i < n; ++i) {
-                for (double& x : row) x = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-                pol.add_row(u, i, row.data());
+    random_chunks(
+        pol, 300, 5,
+        [&](int64_t first, int) {
+            for (int u = 0; u < pol.n_units(); ++u) {
+                const auto kept = pol.kept_slots(u);
+                const auto chunk = pol.chunk_slots(u);
+                std::vector<int32_t> want(kept.begin(), kept.end());
+                EXPECT_TRUE(std::is_sorted(want.begin(), want.end())) << "unit " << u << " at " << first;
+                want.insert(want.end(), chunk.begin(), chunk.end());
+                const auto attended = pol.attended_slots(u);
+                ASSERT_EQ(std::vector<int32_t>(attended.begin(), attended.end()), want)
+                    << "unit " << u << ", chunk at " << first;
             }
-        }
-        ASSERT_TRUE(pol.end_chunk().ok());
-        first += n;
-    }
+        },
+        [](int64_t) {});
     if (policy::policy_evicts(p.name)) {
         EXPECT_GT(pol.total_evictions(), 0);
     }
