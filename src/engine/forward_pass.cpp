@@ -5,6 +5,7 @@
 #include <new>
 
 #include "h2okv/core/parallel.h"
+#include "h2okv/core/phases.h"
 #include "h2okv/engine/session.h"
 
 namespace h2okv::engine {
@@ -105,6 +106,7 @@ status forward_pass::run(std::span<const step_part> parts) {
     // The sessions move past their tokens. Those whose chunk is now complete close it (their evictions) in
     // parallel, as the attention items already work: each closes only its own cache and policy. Their
     // observers run after, in part order.
+    const core::phase_scope timed(core::phase::chunks);
     closing_.clear();
     for (const step_part& p : parts) {
         if (p.s->count_forwarded(static_cast<int>(p.tokens.size()))) closing_.push_back(p.s);

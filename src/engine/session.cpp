@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "h2okv/core/phases.h"
+
 namespace h2okv::engine {
 
 status session_params::validate() const {
@@ -170,6 +172,7 @@ status session::open_chunk(int n) {
         return invalid_argument("the session was created for {} tokens; {} processed and {} more given",
                                 run_length_, n_past_, n);
     }
+    const core::phase_scope timed(core::phase::chunks);
     return cache_->begin_chunk(n_past_, n);
 }
 

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <new>
+#include <optional>
 
 #include "h2okv/core/parallel.h"
+#include "h2okv/core/phases.h"
 #include "h2okv/kernels/kernels.h"
 
 namespace h2okv::kv {
@@ -125,6 +127,7 @@ status attention_runner::attend(int layer, int n_tok, const float* q, const floa
 }
 
 void attention_runner::store_kv(int layer, const float* k, const float* v) {
+    const core::phase_scope timed(core::phase::kv_store);
     const int hd = hp_.head_dim;
     const size_t kv_stride = static_cast<size_t>(hp_.n_kv_head) * hd;
     // Each sequence's rows go to its own cache (store and policy): sequences write in parallel, each one's
@@ -198,6 +201,7 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             fused_[static_cast<size_t>(qi - q0)] = hand ? k_row_handed : fused ? k_row_summed : k_row_apart;
         }
         const int items = nb * n_kv * parts;
+        std::optional<core::phase_scope> timed(std::in_place, core::phase::attention);
         const bool fork =
             items > 1 && core::should_fork(core::parallel_site::attention, static_cast<int64_t>(floats) * hd,
                                            k_attend_min_work);
@@ -219,10 +223,13 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const kernels::key_turns t = c.turned(layer) ? c.turns(layer, g) : kernels::key_turns{};
             attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g),
                          c.turned(layer) ? &t : nullptr, slots, out + qo, w, n, row);
-            if (fused_[static_cast<size_t>(qi - q0)] == k_row_handed)
+            if (fused_[static_cast<size_t>(qi - q0)] == k_row_handed) {
+                const core::phase_scope handing(core::phase::handover);
                 hand_over(segs_[static_cast<size_t>(qu.seg)], c.unit_of(layer, g), qu.ci);
+            }
         });
 
+        timed.emplace(core::phase::scores);
         // Commits: (segment, unit) tasks; each unit owns its row and policy table, so units commit in
         // parallel, each one's queries in order. A row observer sees rows query by query: then serially.
         tasks_.clear();
@@ -334,6 +341,7 @@ void attention_runner::emit_weights(int layer, int q0, int q1) {
 // The textbook loop: one query head at a time, its weights added into its unit's row, each query's rows
 // handed over before the next query.
 status attention_runner::attend_reference(int layer, const float* q, float* out) {
+    const core::phase_scope timed(core::phase::attention);
     const int hd = hp_.head_dim;
     const int group = hp_.gqa_group();
     const size_t q_stride = static_cast<size_t>(hp_.n_head) * hd;
@@ -374,6 +382,7 @@ status attention_runner::attend_reference(int layer, const float* q, float* out)
             }
         }
         if (scores && c.hands_rows(layer)) {
+            const core::phase_scope handing(core::phase::handover);
             for (int u = c.unit_of(layer, 0); u <= c.unit_of(layer, hp_.n_kv_head - 1); ++u) {
                 hand_over(sg, u, qu.ci);
             }

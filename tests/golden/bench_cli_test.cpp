@@ -172,6 +172,37 @@ TEST_F(BenchCli, JsonReportFullVersusH2O) {
         << "the error lists the valid types: " << err;
 }
 
+// --phases: the decode time split by phase in the JSON report; the phases and `other` add up to the decode
+// seconds, an evicting policy's steps open and close chunks and hand score rows over, `full`'s hand none
+// over.
+TEST_F(BenchCli, PhasesSplitTheDecodeTime) {
+    const std::string model = synth("q4_k");
+    const std::string common =
+        kCli + " bench -m " + model + " -p 0 -n 16 --depth 64 -t 1 -r 1 --phases --json";
+    for (const std::string policy : {"full", "h2o"}) {
+        int rc = -1;
+        const std::string out = run_command(
+            common + " --kv-policy " + policy + (policy == "h2o" ? " --kv-budget 0.5" : "") + " 2>/dev/null",
+            &rc);
+        ASSERT_EQ(rc, 0) << out;
+        const auto p = nlohmann::json::parse(out).at("decode_phases");
+        double sum = 0.0;
+        for (const char* name : {"products", "kv_store", "attention", "scores", "chunks", "other"}) {
+            EXPECT_GE(p.at(name).get<double>(), 0.0 - 1e-9) << policy << " " << name;
+            sum += p.at(name).get<double>();
+        }
+        EXPECT_NEAR(sum, p.at("seconds").get<double>(), 1e-6) << policy;
+        EXPECT_GT(p.at("products").get<double>(), 0.0) << policy;
+        EXPECT_GT(p.at("attention").get<double>(), 0.0) << policy;
+        EXPECT_GT(p.at("chunks").get<double>(), 0.0) << policy;
+        if (policy == "h2o") {
+            EXPECT_GT(p.at("handover_thread_seconds").get<double>(), 0.0);
+        } else {
+            EXPECT_EQ(p.at("handover_thread_seconds").get<double>(), 0.0);
+        }
+    }
+}
+
 // --kv-budget-bytes: the largest token budget whose K/V rows (budget + the prefill chunk's slots) fit the
 // size, at the type's row size; refused, saying why, when it cannot be honoured.
 TEST_F(BenchCli, KvBudgetBytes) {

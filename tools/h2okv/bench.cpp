@@ -20,6 +20,11 @@
 // work buffers).
 //
 //   h2okv bench -m smollm.gguf -p 512 -n 128 --depth 2048 -t 2 --kv-policy h2o --kv-budget 0.2 --json
+//
+// --phases splits the decode steps' wall time by core::phase (include/h2okv/core/phases.h): the products, K/V
+// writes, attention, score commits and chunk opens and closes (the policy's evictions), the rest as `other`;
+// and reports the thread time of the score hand-overs inside the attention items.
+//
 //   h2okv bench -m smollm.gguf -p 128 -n 64 --sequences 16 --kv-memory 256MiB --kv-policy h2o --kv-budget 0.2
 #include <fmt/format.h>
 #include <omp.h>
@@ -39,6 +44,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "h2okv/core/phases.h"
 #include "h2okv/engine/forward_pass.h"
 #include "h2okv/engine/session.h"
 #include "h2okv/kernels/kernels.h"
@@ -60,7 +66,34 @@ struct bench_options {
     int sequences = 1;
     std::string kv_memory = "0";
     int step_tokens = 512;
+    bool phases = false;
 };
+
+// The decode steps' wall seconds by phase, `other` the rest of `seconds`, and the hand-overs' thread seconds.
+nlohmann::json phases_json(const core::phase_times& t, double seconds) {
+    nlohmann::json j = {{"seconds", seconds}};
+    double rest = seconds;
+    for (int k = 0; k < core::k_phases; ++k) {
+        const auto p = static_cast<core::phase>(k);
+        if (p == core::phase::handover) continue;
+        j[core::phase_name(p)] = t.wall[static_cast<size_t>(k)];
+        rest -= t.wall[static_cast<size_t>(k)];
+    }
+    j["other"] = rest;
+    j["handover_thread_seconds"] = t.busy[static_cast<size_t>(core::phase_index(core::phase::handover))];
+    return j;
+}
+
+void print_phases(const core::phase_times& t, double seconds, int threads) {
+    const nlohmann::json j = phases_json(t, seconds);
+    std::string line;
+    for (const char* name : {"products", "attention", "kv_store", "scores", "chunks", "other"})
+        line += fmt::format("{}{} {:.1f} %", line.empty() ? "" : ", ", name,
+                            100.0 * j[name].get<double>() / seconds);
+    fmt::print("decode phases (share of the decode time): {}\n", line);
+    fmt::print("score hand-overs inside attention: {:.1f} % of the {} threads' decode time\n",
+               100.0 * j["handover_thread_seconds"].get<double>() / (seconds * threads), threads);
+}
 
 struct summary {
     double median = 0.0, min = 0.0, max = 0.0;
@@ -112,6 +145,7 @@ struct repeat_result {
     double prefill_seconds = 0.0, decode_seconds = 0.0;
     int64_t kv_bytes = 0;    // of one sequence
     int64_t work_bytes = 0;  // the pass's and the model's buffers and the sequences' logits, at their largest
+    core::phase_times decode_phases;  // with --phases
 };
 
 // Forwards each session's run of tokens together, chunk by chunk (the chunks a lone session makes), in
@@ -186,6 +220,8 @@ result<repeat_result> run_wave(model::model& m, const engine::session_params& sp
     if (o.n_gen > 0) {
         for (auto& run : runs) run = random_tokens(o.n_gen, n_vocab, rng);
         std::vector<engine::step_part> parts(static_cast<size_t>(c));
+        core::phases::reset();
+        core::phases::enable(o.phases);
         const auto t0 = clock::now();
         for (int t = 0; t < o.n_gen; ++t) {
             for (int i = 0; i < c; ++i) {
@@ -199,6 +235,8 @@ result<repeat_result> run_wave(model::model& m, const engine::session_params& sp
             H2OKV_RETURN_IF_ERROR(pass.run(parts));
         }
         r.decode_seconds = seconds(t0, clock::now());
+        core::phases::enable(false);
+        r.decode_phases = core::phases::read();
         r.decode_tps = static_cast<double>(o.n_gen) * c / r.decode_seconds;
     }
     r.kv_bytes = sessions[0]->cache().bytes();
@@ -249,6 +287,8 @@ int run_bench(const bench_options& o) {
     std::mt19937_64 rng(o.seed);
     std::vector<double> prefill, decode, depth_s;
     int64_t kv_bytes = 0, work_bytes = 0;
+    core::phase_times phase_sum;  // over every repeat's decode
+    double decode_sum = 0.0;
     for (int i = 0; i < o.repeats; ++i) {
         double pf_s = 0.0, dc_s = 0.0, depth = 0.0;
         for (int w = 0; w < waves; ++w) {
@@ -260,6 +300,10 @@ int run_bench(const bench_options& o) {
             if (!r.ok()) return fail(r.error());
             pf_s += r->prefill_seconds;
             dc_s += r->decode_seconds;
+            for (int k = 0; k < core::k_phases; ++k) {
+                phase_sum.wall[static_cast<size_t>(k)] += r->decode_phases.wall[static_cast<size_t>(k)];
+                phase_sum.busy[static_cast<size_t>(k)] += r->decode_phases.busy[static_cast<size_t>(k)];
+            }
             depth += r->depth_seconds;
             kv_bytes = r->kv_bytes;
             work_bytes = std::max(work_bytes, r->work_bytes);
@@ -267,6 +311,7 @@ int run_bench(const bench_options& o) {
         prefill.push_back(pf_s > 0 ? static_cast<double>(o.n_prompt) * o.sequences / pf_s : 0.0);
         decode.push_back(dc_s > 0 ? static_cast<double>(o.n_gen) * o.sequences / dc_s : 0.0);
         depth_s.push_back(depth);
+        decode_sum += dc_s;
     }
     const summary pf = summarize(prefill);
     const summary dc = summarize(decode);
@@ -316,6 +361,7 @@ int run_bench(const bench_options& o) {
             {"rss_accounted_bytes", accounted},
             {"peak_rss_bytes", rss},
         };
+        if (o.phases) j["decode_phases"] = phases_json(phase_sum, decode_sum);
         fmt::print("{}\n", j.dump());
         return 0;
     }
@@ -348,6 +394,7 @@ int run_bench(const bench_options& o) {
         "{})\n",
         kv::format_bytes(rss), kv::format_bytes(rss_base), kv::format_bytes(pool_peak),
         kv::format_bytes(work_bytes), kv::format_bytes(accounted));
+    if (o.phases && decode_sum > 0) print_phases(phase_sum, decode_sum, threads);
     return 0;
 }
 
@@ -388,6 +435,10 @@ void add_bench_command(CLI::App& app, int* exit_code) {
         ->check(CLI::PositiveNumber)
         ->capture_default_str();
     o->kv.add_to(*cmd);
+    cmd->add_flag(
+        "--phases", o->phases,
+        "Split the decode time by phase: products, attention, K/V writes, score commits, chunk "
+        "opens and closes (the evictions), other; and the score hand-overs' share inside attention");
     cmd->add_flag("--json", o->json, "Print one JSON object (prefill_tps, decode_tps, kv_bytes, cpu, ...)");
     cmd->callback([o, exit_code] { *exit_code = run_bench(*o); });
 }

@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "h2okv/core/parallel.h"
+#include "h2okv/core/phases.h"
 
 namespace h2okv::model {
 
@@ -340,6 +341,8 @@ status decoder_model::forward(const batch& b, attention_backend& attn, float* lo
                                     b.tokens[t], b.positions[t], hp.n_vocab);
         }
     }
+    // The whole pass; attention's own scopes (attention_runner) take their share out of it.
+    const core::phase_scope timed(core::phase::products);
     resize_scratch(n);
     const auto embd = static_cast<size_t>(hp.n_embd);
     const auto q_dim = static_cast<size_t>(hp.n_head) * static_cast<size_t>(hp.head_dim);
