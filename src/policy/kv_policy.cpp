@@ -331,6 +331,44 @@ void kv_policy::add_row(int unit, int i, const double* row) {
     apply_row(unit, i, row);
 }
 
+void kv_policy::add_weights(int unit, int i, std::span<const float* const> heads, double* row) {
+    const auto& st = *state_;
+    if (!st.reads_attention) return;
+    assert(st.in_chunk && i >= 0 && i < st.chunk_n);
+    auto& t = table(unit);
+    const int32_t n = t.n_kept + i + 1;
+    const int32_t* slots = t.kept.data();
+    if (st.custom_rows || t.decay != 1.0) {
+        for (int32_t j = 0; j < n; ++j) {
+            double r = row[slots[j]];
+            for (const float* h : heads) r += static_cast<double>(h[j]);
+            row[slots[j]] = r;
+        }
+        apply_row(unit, i, row);
+        for (int32_t j = 0; j < n; ++j) row[slots[j]] = 0.0;
+        return;
+    }
+    // apply_row's two cases. The chunk's last query attended every occupied slot (the kept and the whole
+    // chunk), so the lowest among its slots is the lowest of the unit.
+    const bool find = i == st.chunk_n - 1 && t.victims_due == 1;
+    const int32_t lowest = detail::add_weights(t.score.data(), t.pos.data(), slots, n, heads, find,
+                                               t.evictable_lo, t.evictable_hi);
+    t.lowest_hint = find ? lowest : -1;
+}
+
+void kv_policy::prefetch_scores(int unit) const {
+    const auto& st = *state_;
+    if (!st.reads_attention) return;
+    const auto& t = table(unit);
+    const auto* score = reinterpret_cast<const char*>(t.score.data());
+    const auto* pos = reinterpret_cast<const char*>(t.pos.data());
+    const size_t bytes = static_cast<size_t>(t.high_water) * sizeof(double);
+    for (size_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(score + b, 1);
+        __builtin_prefetch(pos + b);
+    }
+}
+
 void kv_policy::apply_row(int unit, int i, const double* row) {
     const auto& st = *state_;
     assert(st.in_chunk && i >= 0 && i < st.chunk_n);

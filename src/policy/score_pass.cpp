@@ -22,6 +22,13 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+// GCC 12's AVX-512 intrinsics pass `_mm512_undefined_*()` as the ignored source of their unmasked forms,
+// which -Wmaybe-uninitialized reports at every use (as in the kernels' AVX-512 files).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define H2OKV_POLICY_X86 1
 #include <immintrin.h>
@@ -329,6 +336,108 @@ std::vector<const score_pass_fns*> supported_variants() {
 std::span<const score_pass_fns* const> score_pass_variants() {
     static const std::vector<const score_pass_fns*> variants = supported_variants();
     return variants;
+}
+
+namespace {
+
+// add_weights over slots[j0, j1), offering the evictable slots to `best`.
+template <bool kFind, int kHeads>
+void add_weights_of(double* score, const int64_t* pos, const int32_t* slots, int32_t j0, int32_t j1,
+                    const float* const* heads, int n_heads, int64_t lo, int64_t hi, lowest& best) {
+    const int nh = kHeads > 0 ? kHeads : n_heads;
+    for (int32_t j = j0; j < j1; ++j) {
+        double r = 0.0;
+        for (int h = 0; h < nh; ++h) r += static_cast<double>(heads[h][j]);
+        const int32_t s = slots[j];
+        const double v = score[s] + r;
+        score[s] = v;
+        if constexpr (kFind) {
+            const int64_t p = pos[s];
+            if (p >= lo && p < hi) best.offer(v, p, s);
+        }
+    }
+}
+
+#if H2OKV_POLICY_X86
+
+// Eight attended slots at a time where they are eight consecutive slots (a unit's kept slots are ascending
+// and, under a budget, mostly dense): plain loads and stores of their scores and positions, the heads' sums
+// in double lanes in head order; other runs go to add_weights_of.
+template <bool kFind, int kHeads>
+__attribute__((target("avx512f,avx2"))) int32_t add_weights_avx512(double* score, const int64_t* pos,
+                                                                   const int32_t* slots, int32_t n,
+                                                                   const float* const* heads, int n_heads,
+                                                                   int64_t lo, int64_t hi) {
+    const int nh = kHeads > 0 ? kHeads : n_heads;
+    const __m512i lov = _mm512_set1_epi64(lo);
+    const __m512i span = _mm512_set1_epi64(hi - lo);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i iota64 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    lanes8 b = {_mm512_set1_pd(k_inf), _mm512_set1_epi64(k_no_pos), _mm512_set1_epi64(-1)};
+    lowest best;
+    int32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const int32_t s0 = slots[j];
+        const __m256i run = _mm256_add_epi32(_mm256_set1_epi32(s0), iota);
+        const __m256i got = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(slots + j));
+        if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(got, run)) != -1) {
+            add_weights_of<kFind, kHeads>(score, pos, slots, j, j + 8, heads, n_heads, lo, hi, best);
+            continue;
+        }
+        __m512d r = _mm512_setzero_pd();
+        for (int h = 0; h < nh; ++h) r = _mm512_add_pd(r, _mm512_cvtps_pd(_mm256_loadu_ps(heads[h] + j)));
+        const __m512d v = _mm512_add_pd(_mm512_loadu_pd(score + s0), r);
+        _mm512_storeu_pd(score + s0, v);
+        if constexpr (kFind) {
+            const __m512i p = _mm512_loadu_si512(pos + s0);
+            const __mmask8 ok = _mm512_cmp_epu64_mask(_mm512_sub_epi64(p, lov), span, _MM_CMPINT_LT);
+            const __mmask8 lt = _mm512_mask_cmp_pd_mask(ok, v, b.score, _CMP_LT_OQ);
+            const __mmask8 eq = _mm512_mask_cmp_pd_mask(ok, v, b.score, _CMP_EQ_OQ);
+            const __mmask8 take = lt | _mm512_mask_cmp_epi64_mask(eq, p, b.pos, _MM_CMPINT_LT);
+            b.score = _mm512_mask_mov_pd(b.score, take, v);
+            b.pos = _mm512_mask_mov_epi64(b.pos, take, p);
+            b.slot = _mm512_mask_mov_epi64(b.slot, take, _mm512_add_epi64(_mm512_set1_epi64(s0), iota64));
+        }
+    }
+    add_weights_of<kFind, kHeads>(score, pos, slots, j, n, heads, n_heads, lo, hi, best);
+    if constexpr (kFind) offer_lanes(best, b);
+    return best.slot;
+}
+
+#endif
+
+template <bool kFind, int kHeads>
+int32_t add_weights_heads(double* score, const int64_t* pos, const int32_t* slots, int32_t n,
+                          const float* const* heads, int n_heads, int64_t lo, int64_t hi) {
+#if H2OKV_POLICY_X86
+    static const bool wide = std::string_view(score_pass().isa) == "avx512";
+    if (wide) return add_weights_avx512<kFind, kHeads>(score, pos, slots, n, heads, n_heads, lo, hi);
+#endif
+    lowest best;
+    add_weights_of<kFind, kHeads>(score, pos, slots, 0, n, heads, n_heads, lo, hi, best);
+    return best.slot;
+}
+
+template <bool kFind>
+int32_t add_weights_find(double* score, const int64_t* pos, const int32_t* slots, int32_t n,
+                         std::span<const float* const> heads, int64_t lo, int64_t hi) {
+    const int nh = static_cast<int>(heads.size());
+    switch (nh) {
+        case 1: return add_weights_heads<kFind, 1>(score, pos, slots, n, heads.data(), nh, lo, hi);
+        case 2: return add_weights_heads<kFind, 2>(score, pos, slots, n, heads.data(), nh, lo, hi);
+        case 3: return add_weights_heads<kFind, 3>(score, pos, slots, n, heads.data(), nh, lo, hi);
+        case 4: return add_weights_heads<kFind, 4>(score, pos, slots, n, heads.data(), nh, lo, hi);
+        default: return add_weights_heads<kFind, 0>(score, pos, slots, n, heads.data(), nh, lo, hi);
+    }
+}
+
+}  // namespace
+
+int32_t add_weights(double* score, const int64_t* pos, const int32_t* slots, int32_t n,
+                    std::span<const float* const> heads, bool find, int64_t lo, int64_t hi) {
+    if (find && hi > lo) return add_weights_find<true>(score, pos, slots, n, heads, lo, hi);
+    add_weights_find<false>(score, pos, slots, n, heads, lo, hi);
+    return -1;
 }
 
 const score_pass_fns& score_pass() {

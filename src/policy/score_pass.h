@@ -38,4 +38,12 @@ const score_pass_fns& score_pass();
 // Every variant this CPU runs, the scalar reference first (the tests compare them).
 std::span<const score_pass_fns* const> score_pass_variants();
 
+// One query's increment given as its attention weights over the slots it attended (slots[0, n), each once):
+// score[slots[j]] += r_j with r_j = ((0 + heads[0][j]) + heads[1][j]) + ... in double, the row add_row would
+// be given, for decay 1 only (where add_row leaves a slot the query did not attend as it was). When `find`,
+// returns the lowest evictable slot among the attended ones (-1 when none; the lowest of the unit when the
+// query attended every occupied slot); -1 otherwise. One variant: its reads follow `slots`.
+int32_t add_weights(double* score, const int64_t* pos, const int32_t* slots, int32_t n,
+                    std::span<const float* const> heads, bool find, int64_t lo, int64_t hi);
+
 }  // namespace h2okv::policy::detail

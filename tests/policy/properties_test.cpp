@@ -195,6 +195,80 @@ TEST_P(properties, AttendedSlotsAreTheKeptThenTheChunk) {
     }
 }
 
+// kv_policy::add_weights (the engine's decode items hand the softmax weights themselves) against add_row with
+// the row those weights make: the same scores and the same victims, bit for bit, with and without decay, for
+// 1 to 5 heads per unit, chunks of one token (a victim found in the weights' own pass) and longer ones, small
+// and larger budgets (the vectorised runs of eight consecutive slots). The
+// weights are mostly 0 and otherwise small multiples of 1/16, so that many scores tie.
+TEST_P(properties, AddWeightsEqualsAddRow) {
+    const layout l = gqa_layout(6, 240);
+    for (const int64_t budget : {20, 100}) {
+        for (const bool decay : {false, true}) {
+            for (const int max_n : {1, 6}) {
+                params p;
+                p.name = GetParam();
+                if (policy::policy_evicts(p.name)) p.budget = policy::budget_spec::count(budget);
+                if (decay) p.decay = 0.875;
+                auto by_row = kv_policy::create(p, l, 240);
+                if (!by_row.ok()) continue;  // a policy without decay
+                auto by_weights = kv_policy::create(p, l, 240);
+                ASSERT_TRUE(by_weights.ok());
+                kv_policy& a = **by_row;
+                kv_policy& b = **by_weights;
+                SCOPED_TRACE(p.to_string() + " chunks of up to " + std::to_string(max_n));
+                std::mt19937 rng(static_cast<uint32_t>(17 + max_n + 2 * decay + budget));
+                const auto cap = static_cast<size_t>(a.capacity());
+                std::vector<double> row(cap, 0.0), zeros(cap, 0.0), scratch(cap, 0.0);
+                int64_t first = 0;
+                while (first < 240) {
+                    const int n = static_cast<int>(std::min<int64_t>(1 + rng() % max_n, 240 - first));
+                    ASSERT_TRUE(a.begin_chunk(first, n).ok());
+                    ASSERT_TRUE(b.begin_chunk(first, n).ok());
+                    for (int u = 0; u < a.n_units(); ++u) {
+                        ASSERT_EQ(a.n_kept(u), b.n_kept(u));
+                        const int n_heads = 1 + static_cast<int>(rng() % 5);
+                        for (int i = 0; i < n; ++i) {
+                            const auto slots = a.attended_slots(u);
+                            const auto m = static_cast<size_t>(a.n_kept(u) + i + 1);
+                            std::vector<std::vector<float>> w(static_cast<size_t>(n_heads),
+                                                              std::vector<float>(m));
+                            std::vector<const float*> heads;
+                            for (auto& h : w) {
+                                for (float& x : h)
+                                    x = rng() % 16 == 0 ? static_cast<float>(1 + rng() % 3) / 16.0f : 0.0f;
+                                heads.push_back(h.data());
+                            }
+                            std::fill(row.begin(), row.end(), 0.0);
+                            for (size_t j = 0; j < m; ++j) {
+                                for (const auto& h : w)
+                                    row[static_cast<size_t>(slots[j])] += static_cast<double>(h[j]);
+                            }
+                            a.add_row(u, i, row.data());
+                            b.add_weights(u, i, heads, scratch.data());
+                            ASSERT_EQ(scratch, zeros) << "add_weights leaves its row zero";
+                        }
+                    }
+                    ASSERT_TRUE(a.end_chunk().ok());
+                    ASSERT_TRUE(b.end_chunk().ok());
+                    for (int u = 0; u < a.n_units(); ++u) {
+                        const auto sa = a.slot_scores(u), sb = b.slot_scores(u);
+                        ASSERT_EQ(0, std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(double)))
+                            << "unit " << u << " after position " << first + n;
+                        const auto va = a.victims(u), vb = b.victims(u);
+                        ASSERT_EQ(std::vector<int64_t>(va.begin(), va.end()),
+                                  std::vector<int64_t>(vb.begin(), vb.end()))
+                            << "unit " << u << " after position " << first + n;
+                    }
+                    first += n;
+                }
+                if (policy::policy_evicts(p.name)) {
+                    EXPECT_GT(b.total_evictions(), 0);
+                }
+            }
+        }
+    }
+}
+
 TEST_P(properties, BudgetCoveringTheRunEvictsNothing) {
     for (int chunk : {1, 5, 64}) {
         const int64_t length = 150;
