@@ -27,7 +27,7 @@ constexpr int64_t k_store_min_work = 1024;
 // Heads summed in one pass over a unit's slots.
 constexpr int max_unit_heads = 64;
 // attention_runner::fused_: the commit sums the heads' weights into the row; the kernel sums them; the item
-// hands the weights themselves to the policy (kv_policy::add_weights: no row).
+// hands the row over, or the weights themselves where the unit takes them (kv_policy::add_weights: no row).
 constexpr uint8_t k_row_apart = 0, k_row_summed = 1, k_row_handed = 2;
 
 // row[slots[j]] += heads[0][j], then heads[1][j], ... for j < n.
@@ -196,8 +196,7 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
             const int in_block = std::min(q1, sg.first + sg.n) - std::max(q0, sg.first);
             const bool fused =
                 sg.scores && sg.per_head && parts == 1 && in_block == 1 && !sg.cache->sliding(layer);
-            // Without a row observer the item that completes the row also hands it over, as the weights
-            // themselves (kv_policy::add_weights).
+            // Without a row observer the item that completes the row also hands it over.
             const bool hand =
                 fused && !sg.cache->observer_ && sg.cache->hands_rows(layer) && group <= max_unit_heads;
             fused_[static_cast<size_t>(qi - q0)] = hand ? k_row_handed : fused ? k_row_summed : k_row_apart;
@@ -222,17 +221,23 @@ status attention_runner::attend_parallel(int layer, const float* q, float* out) 
                 static_cast<size_t>(qu.token) * q_stride + static_cast<size_t>(g * group + p * per_part) * hd;
             const uint8_t rows = fused_[static_cast<size_t>(qi - q0)];
             const int u = c.unit_of(layer, g);
-            // The unit's scores and positions, out of cache by now, arrive while the kernel runs.
-            if (rows == k_row_handed) c.policy_->prefetch_scores(u);
+            // A handed row goes to the policy as the weights themselves where the unit takes them (no row
+            // then); its scores and positions, out of cache by now, arrive while the kernel runs.
+            const bool weights = rows == k_row_handed && c.policy_->takes_weights(u);
+            if (weights) c.policy_->prefetch_scores(u);
             const kernels::key_turns t = c.turned(layer) ? c.turns(layer, g) : kernels::key_turns{};
             attend_slots(hp_, q + qo, per_part, c.keys(layer, g), c.values(layer, g),
                          c.turned(layer) ? &t : nullptr, slots, out + qo, w, n,
-                         rows == k_row_summed ? c.row(u) : nullptr);
+                         rows == k_row_apart || weights ? nullptr : c.row(u));
             if (rows == k_row_handed) {
                 const core::phase_scope handing(core::phase::handover);
-                const float* heads[max_unit_heads];
-                for (int h = 0; h < group; ++h) heads[h] = w + static_cast<size_t>(h) * n;
-                c.policy_->add_weights(u, qu.ci, {heads, static_cast<size_t>(group)}, c.row(u));
+                if (weights) {
+                    const float* heads[max_unit_heads];
+                    for (int h = 0; h < group; ++h) heads[h] = w + static_cast<size_t>(h) * n;
+                    c.policy_->add_weights(u, qu.ci, {heads, static_cast<size_t>(group)});
+                } else {
+                    hand_over(segs_[static_cast<size_t>(qu.seg)], u, qu.ci);
+                }
             }
         });
 

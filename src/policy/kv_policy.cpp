@@ -331,28 +331,20 @@ void kv_policy::add_row(int unit, int i, const double* row) {
     apply_row(unit, i, row);
 }
 
-void kv_policy::add_weights(int unit, int i, std::span<const float* const> heads, double* row) {
+bool kv_policy::takes_weights(int unit) const {
     const auto& st = *state_;
-    if (!st.reads_attention) return;
-    assert(st.in_chunk && i >= 0 && i < st.chunk_n);
+    return st.reads_attention && !st.custom_rows && table(unit).decay == 1.0;
+}
+
+void kv_policy::add_weights(int unit, int i, std::span<const float* const> heads) {
+    const auto& st = *state_;
+    assert(st.in_chunk && i >= 0 && i < st.chunk_n && takes_weights(unit));
     auto& t = table(unit);
-    const int32_t n = t.n_kept + i + 1;
-    const int32_t* slots = t.kept.data();
-    if (st.custom_rows || t.decay != 1.0) {
-        for (int32_t j = 0; j < n; ++j) {
-            double r = row[slots[j]];
-            for (const float* h : heads) r += static_cast<double>(h[j]);
-            row[slots[j]] = r;
-        }
-        apply_row(unit, i, row);
-        for (int32_t j = 0; j < n; ++j) row[slots[j]] = 0.0;
-        return;
-    }
     // apply_row's two cases. The chunk's last query attended every occupied slot (the kept and the whole
     // chunk), so the lowest among its slots is the lowest of the unit.
     const bool find = i == st.chunk_n - 1 && t.victims_due == 1;
-    const int32_t lowest = detail::add_weights(t.score.data(), t.pos.data(), slots, n, heads, find,
-                                               t.evictable_lo, t.evictable_hi);
+    const int32_t lowest = detail::add_weights(t.score.data(), t.pos.data(), t.kept.data(), t.n_kept + i + 1,
+                                               heads, find, t.evictable_lo, t.evictable_hi);
     t.lowest_hint = find ? lowest : -1;
 }
 

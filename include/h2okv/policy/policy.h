@@ -282,13 +282,16 @@ public:
     // where the query did not attend, free slots included). Decays then adds, per the contract. Not calling
     // it for (unit, i) is a null row. Rows of one unit must come in increasing i.
     void add_row(int unit, int i, const double* row);
-    // add_row's increment given as the query's attention weights themselves: chunk query i of `unit`
-    // attended the first n_kept(unit) + i + 1 entries of attended_slots(unit) with weights heads[h][j], and
-    // its row would hold ((0 + heads[0][j]) + heads[1][j]) + ... (in double, head by head) at slot j. The
-    // same scores and victims, bit for bit, as add_row with that row; without decay it reads and writes the
-    // attended slots' entries only, where add_row reads the whole row. `row`: capacity() zeros, which a
-    // policy that needs the row itself (decay, a scorer's own update) fills, hands over and clears again.
-    void add_weights(int unit, int i, std::span<const float* const> heads, double* row);
+    // Whether add_weights may stand in for add_row for `unit`: the policy reads attention and adds rows to
+    // its scores as they come (no decay, no scorer rule of its own), so a slot the query did not attend keeps
+    // its score.
+    bool takes_weights(int unit) const;
+    // add_row's increment given as the query's attention weights themselves, for a unit that takes_weights:
+    // chunk query i of `unit` attended the first n_kept(unit) + i + 1 entries of attended_slots(unit) with
+    // weights heads[h][j], and its row would hold ((0 + heads[0][j]) + heads[1][j]) + ... (in double, head
+    // by head) at slot j. The same scores and victims, bit for bit, as add_row with that row, reading and
+    // writing the attended slots' entries only where add_row reads the whole row.
+    void add_weights(int unit, int i, std::span<const float* const> heads);
     // A hint that add_weights or add_row for `unit` follows soon: asks memory for the unit's scores and
     // positions, which a decode step's attention otherwise finds out of cache.
     void prefetch_scores(int unit) const;
