@@ -19,13 +19,13 @@
 // is made of (the process with the model after one token has read every weight, the KV pool's peak, the
 // work buffers).
 //
-//   h2okv bench -m smollm.gguf -p 512 -n 128 --depth 2048 -t 2 --kv-policy h2o --kv-budget 0.2 --json
-//
 // --phases splits the decode steps' wall time by core::phase (include/h2okv/core/phases.h): the products, K/V
 // writes, attention, score commits and chunk opens and closes (the policy's evictions), the rest as `other`;
 // and reports the thread time of the score hand-overs inside the attention items.
 //
+//   h2okv bench -m smollm.gguf -p 512 -n 128 --depth 2048 -t 2 --kv-policy h2o --kv-budget 0.2 --json
 //   h2okv bench -m smollm.gguf -p 128 -n 64 --sequences 16 --kv-memory 256MiB --kv-policy h2o --kv-budget 0.2
+//   h2okv bench -m smollm.gguf -p 0 -n 64 --depth 512 --sequences 16 --kv-policy h2o --kv-budget 0.2 --phases
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/resource.h>

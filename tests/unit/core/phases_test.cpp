@@ -61,7 +61,6 @@ TEST_F(Phases, HandOversAndParallelRegionsCountThreadTime) {
             const phase_scope handing(phase::handover);
             std::this_thread::sleep_for(5ms);
         }
-        omp_set_num_threads(2);
 #pragma omp parallel num_threads(2)
         {
             const phase_scope chunks(phase::chunks);
