@@ -24,6 +24,8 @@ constexpr size_t k_weights_floats = size_t{1} << 22;
 constexpr int64_t k_attend_min_work = 32768;
 constexpr int64_t k_commit_min_work = 16384;
 constexpr int64_t k_store_min_work = 1024;
+// Tokens whose K/V rows store_kv asks memory for ahead of the one it writes.
+constexpr int k_store_prefetch_tokens = 8;
 // Heads summed in one pass over a unit's slots.
 constexpr int max_unit_heads = 64;
 // attention_runner::fused_: the commit sums the heads' weights into the row; the kernel sums them; the item
@@ -139,7 +141,15 @@ void attention_runner::store_kv(int layer, const float* k, const float* v) {
                           static_cast<int64_t>(n_tok_) * static_cast<int64_t>(kv_stride), k_store_min_work);
     core::parallel_for<true>(fork, n_segs, [&](int64_t s) {
         const segment& sg = segs_[static_cast<size_t>(s)];
+        // The rows' lines (recycled slots, long out of cache) are asked for a few tokens ahead of their
+        // writes, so that they arrive in parallel rather than write by write.
+        const auto prefetch = [&](int t) {
+            for (int g = 0; g < hp_.n_kv_head && t < sg.n; ++g)
+                sg.cache->prefetch_for_write(layer, g, sg.cache->chunk_done() + t);
+        };
+        for (int t = 0; t < k_store_prefetch_tokens; ++t) prefetch(t);
         for (int t = 0; t < sg.n; ++t) {
+            prefetch(t + k_store_prefetch_tokens);
             for (int g = 0; g < hp_.n_kv_head; ++g) {
                 const size_t off =
                     static_cast<size_t>(sg.first + t) * kv_stride + static_cast<size_t>(g) * hd;

@@ -286,6 +286,15 @@ void kv_cache::write(int layer, int g, int ci, const float* k, const float* v) {
     }
 }
 
+void kv_cache::prefetch_for_write(int layer, int g, int ci) const {
+    const int li = index_[static_cast<size_t>(layer)];
+    if (sliding(layer)) {
+        window_store_.prefetch_for_write(li, g, window_->chunk_slots(0)[static_cast<size_t>(ci)]);
+    } else {
+        store_.prefetch_for_write(li, g, policy_->chunk_slots(unit_of(layer, g))[static_cast<size_t>(ci)]);
+    }
+}
+
 std::span<const int32_t> kv_cache::attended(int layer, int g, int ci) const {
     if (!sliding(layer)) {
         const auto u = static_cast<size_t>(unit_of(layer, g));

@@ -132,6 +132,15 @@ void slot_store::put(byte_rows& store, size_t head, int32_t slot, const float* x
     }
 }
 
+void slot_store::prefetch_for_write(int layer, int kv_head, int32_t slot) const noexcept {
+    const size_t row = first_row_[static_cast<size_t>(layer) * n_kv_head_ + static_cast<size_t>(kv_head)] +
+                       static_cast<size_t>(slot);
+    for (const byte_rows* store : {&k_, &v_}) {
+        const std::byte* p = store->data() + row * row_bytes_;
+        for (size_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(p + b, 1);
+    }
+}
+
 void slot_store::write(int layer, int kv_head, int32_t slot, const float* k, const float* v) noexcept {
     const size_t head = static_cast<size_t>(layer) * n_kv_head_ + static_cast<size_t>(kv_head);
     put(k_, head, slot, k);

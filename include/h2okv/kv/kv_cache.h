@@ -135,6 +135,8 @@ private:
     // Stores chunk token ci's K and V rows of (layer, g) in its slot (and hands the key to a key-scored
     // policy).
     void write(int layer, int g, int ci, const float* k, const float* v);
+    // The rows write(layer, g, ci, ...) will store, asked of memory ahead (slot_store::prefetch_for_write).
+    void prefetch_for_write(int layer, int g, int ci) const;
     // The slots chunk query ci attends in (layer, g): a global layer's kept slots and the chunk prefix; a
     // sliding layer's window of it.
     std::span<const int32_t> attended(int layer, int g, int ci) const;

@@ -56,6 +56,9 @@ public:
 
     // Rounds the f32 rows k and v (head_dim floats each) to the type and stores them in `slot`.
     void write(int layer, int kv_head, int32_t slot, const float* k, const float* v) noexcept;
+    // Asks memory for the K and V rows of `slot` with intent to write, ahead of write(): a recycled slot's
+    // rows are long out of cache, and a step's writes then wait on their lines in parallel, not one by one.
+    void prefetch_for_write(int layer, int kv_head, int32_t slot) const noexcept;
     kernels::kv_rows k(int layer, int kv_head) const noexcept { return view(k_, layer, kv_head); }
     kernels::kv_rows v(int layer, int kv_head) const noexcept { return view(v_, layer, kv_head); }
 
