@@ -272,27 +272,30 @@ std::vector<std::vector<int64_t>> kv_cache::kept_per_head() const {
     return out;
 }
 
+int32_t kv_cache::chunk_slot(int layer, int g, int ci) const {
+    const auto c = static_cast<size_t>(ci);
+    return sliding(layer) ? window_->chunk_slots(0)[c] : policy_->chunk_slots(unit_of(layer, g))[c];
+}
+
 void kv_cache::write(int layer, int g, int ci, const float* k, const float* v) {
     const int li = index_[static_cast<size_t>(layer)];
+    const int32_t slot = chunk_slot(layer, g, ci);
     if (sliding(layer)) {
-        window_store_.write(li, g, window_->chunk_slots(0)[static_cast<size_t>(ci)], k, v);
+        window_store_.write(li, g, slot, k, v);
     } else {
-        const int u = unit_of(layer, g);
-        store_.write(li, g, policy_->chunk_slots(u)[static_cast<size_t>(ci)], k, v);
+        store_.write(li, g, slot, k, v);
         // Key-scored policies see the key as computed, before the store's rounding; layers as the policy
         // counts them (the global ones).
-        if (policy_->needs_keys())
-            policy_->add_key(u, ci, li, g, std::span<const float>(k, static_cast<size_t>(hp_.head_dim)));
+        if (policy_->needs_keys()) {
+            policy_->add_key(unit_of(layer, g), ci, li, g,
+                             std::span<const float>(k, static_cast<size_t>(hp_.head_dim)));
+        }
     }
 }
 
 void kv_cache::prefetch_for_write(int layer, int g, int ci) const {
-    const int li = index_[static_cast<size_t>(layer)];
-    if (sliding(layer)) {
-        window_store_.prefetch_for_write(li, g, window_->chunk_slots(0)[static_cast<size_t>(ci)]);
-    } else {
-        store_.prefetch_for_write(li, g, policy_->chunk_slots(unit_of(layer, g))[static_cast<size_t>(ci)]);
-    }
+    (sliding(layer) ? window_store_ : store_)
+        .prefetch_for_write(index_[static_cast<size_t>(layer)], g, chunk_slot(layer, g, ci));
 }
 
 std::span<const int32_t> kv_cache::attended(int layer, int g, int ci) const {

@@ -133,11 +133,9 @@ void slot_store::put(byte_rows& store, size_t head, int32_t slot, const float* x
 }
 
 void slot_store::prefetch_for_write(int layer, int kv_head, int32_t slot) const noexcept {
-    const size_t row = first_row_[static_cast<size_t>(layer) * n_kv_head_ + static_cast<size_t>(kv_head)] +
-                       static_cast<size_t>(slot);
-    for (const byte_rows* store : {&k_, &v_}) {
-        const std::byte* p = store->data() + row * row_bytes_;
-        for (size_t b = 0; b < row_bytes_; b += 64) __builtin_prefetch(p + b, 1);
+    for (const kernels::kv_rows& rows : {k(layer, kv_head), v(layer, kv_head)}) {
+        const std::byte* p = rows.data + static_cast<size_t>(slot) * rows.row_bytes;
+        for (size_t b = 0; b < rows.row_bytes; b += 64) __builtin_prefetch(p + b, 1);
     }
 }
 

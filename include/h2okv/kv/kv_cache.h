@@ -132,6 +132,8 @@ private:
     bool sliding(int layer) const { return hp_.sliding(layer); }
     // The policy's unit of (layer, KV head g) of a global layer.
     int unit_of(int layer, int g) const { return policy_->unit_of(index_[static_cast<size_t>(layer)], g); }
+    // The slot of chunk token ci in (layer, g): the policy's chunk slot, or the window's on a sliding layer.
+    int32_t chunk_slot(int layer, int g, int ci) const;
     // Stores chunk token ci's K and V rows of (layer, g) in its slot (and hands the key to a key-scored
     // policy).
     void write(int layer, int g, int ci, const float* k, const float* v);
