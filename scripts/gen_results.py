@@ -460,6 +460,42 @@ def throughput_section(name, rows, lines):
         lines.append(f"In the same memory h2o at 20 % runs {h0['concurrent'] / f0['concurrent']:.1f}x the sequences "
                      f"at once and decodes {hd / fd:.2f}x the tokens per second of the full cache (which runs its "
                      f"{f0['sequences']} sequences {f0['concurrent']} at a time).\n")
+        if all("decode_phases" in r for r in full + h2o):
+            equal_memory_phases(f0, full, h2o, fd, lines)
+
+
+def equal_memory_phases(f0, full, h2o, fd, lines):
+    """Where the equal-memory runs' decode steps go (bench --phases), and the ratio h2o would reach if its
+    steps held nothing but the work every cache does: the products, attention without the score hand-overs,
+    and the K/V writes."""
+    def split(r):
+        p, step = r["decode_phases"], r["decode_ms_per_step"]
+        ms = {k: step * p[k] / p["seconds"] for k in ("products", "attention", "kv_store", "scores", "chunks", "other")}
+        ms["handover"] = step * p["handover_thread_seconds"] / r["threads"] / p["seconds"]
+        ms["step"] = step
+        ms["core"] = ms["products"] + ms["attention"] - ms["handover"] + ms["kv_store"]
+        return ms
+
+    lines.append("Where a decode step goes (`--phases`; milliseconds per step, medians over the runs). The score "
+                 "hand-overs (h2o adding a step's attention weights to its scores) run inside the attention items; "
+                 "their share is the threads' time in them over the thread count.\n")
+    lines.append("| cache | tokens per step | step | products | attention | of it score hand-overs | K/V writes | "
+                 "score commits + chunk closes | the rest |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    for g in (full, h2o):
+        parts = [split(r) for r in g]
+        m = {k: median([p[k] for p in parts]) for k in parts[0]}
+        lines.append(f"| {g[0]['kv_policy']} | {g[0]['concurrent']} | {m['step']:.2f} | {m['products']:.2f} | "
+                     f"{m['attention']:.2f} | {m['handover']:.2f} | {m['kv_store']:.2f} | "
+                     f"{m['scores'] + m['chunks']:.2f} | {m['other']:.2f} |")
+    # Per h2o run: its rate if each step took only its core work (the full cache's steps as measured).
+    bound = median([r["decode_tps"] * split(r)["step"] / split(r)["core"] for r in h2o])
+    lines.append("")
+    lines.append(f"Had h2o's steps held only the products, attention without the hand-overs and the K/V writes "
+                 f"(no score bookkeeping, chunk closes or per-step rest), it would decode {bound:.1f} t/s, "
+                 f"{bound / fd:.2f}x the full cache: the most that making h2o's own bookkeeping free could give "
+                 f"here. Beyond it only faster products or attention raise the ratio, and faster attention raises "
+                 f"the full cache's rate more (its steps are more attention).\n")
 
 
 def batched_section(name, rows, lines):

@@ -10,7 +10,8 @@
 #      128-token prompt each, then GEN decoded) and with every sequence DEPTH tokens deep (then GEN decoded);
 #   2. equal memory: a KV pool that holds 4 full caches DEPTH deep (the full cache's footprint, K/V and slot
 #      tables, times 4), 16 sequences submitted under the full cache (4 at a time, in waves) and under h2o at a
-#      20 % budget with 32-token prefill chunks (as many at once as fit).
+#      20 % budget with 32-token prefill chunks (as many at once as fit), each run's decode steps split by
+#      phase (`--phases`: products, attention, K/V writes, score commits, chunk closes, the rest).
 # Configurations alternate repeat by repeat (the equal-memory pair within a repeat too); gen_results.py takes
 # medians. About 25 minutes on 2 cores.
 set -euo pipefail
@@ -65,12 +66,12 @@ print(4 * next(r["kv_footprint"] for r in rows if r["label"] == "deep" and r["se
         for e in $(seq "$equal_repeats"); do
             equal_full() {
                 run "throughput_$name.jsonl" "equal_full" -m "$m" --depth "$depth" -p 0 -n "$gen" \
-                    --sequences 16 --kv-memory "$pool" --kv-prefill-chunk 512 --seed "$r"
+                    --sequences 16 --kv-memory "$pool" --kv-prefill-chunk 512 --seed "$r" --phases
             }
             equal_h2o() {
                 run "throughput_$name.jsonl" "equal_h2o" -m "$m" --depth "$depth" -p 0 -n "$gen" \
                     --sequences 16 --kv-memory "$pool" --kv-policy h2o --kv-budget 0.2 --kv-prefill-chunk 32 \
-                    --seed "$r"
+                    --seed "$r" --phases
             }
             if ((e % 2)); then equal_full; equal_h2o; else equal_h2o; equal_full; fi
         done
