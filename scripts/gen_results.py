@@ -482,20 +482,23 @@ def equal_memory_phases(f0, full, h2o, fd, lines):
     lines.append("| cache | tokens per step | step | products | attention | of it score hand-overs | K/V writes | "
                  "score commits + chunk closes | the rest |")
     lines.append("|---|---|---|---|---|---|---|---|---|")
-    for g in (full, h2o):
-        parts = [split(r) for r in g]
-        m = {k: median([p[k] for p in parts]) for k in parts[0]}
+    parts = {"full": [split(r) for r in full], "h2o": [split(r) for r in h2o]}
+    for label, g in (("full", full), ("h2o", h2o)):
+        m = {k: median([p[k] for p in parts[label]]) for k in parts[label][0]}
         lines.append(f"| {g[0]['kv_policy']} | {g[0]['concurrent']} | {m['step']:.2f} | {m['products']:.2f} | "
                      f"{m['attention']:.2f} | {m['handover']:.2f} | {m['kv_store']:.2f} | "
                      f"{m['scores'] + m['chunks']:.2f} | {m['other']:.2f} |")
     # Per h2o run: its rate if each step took only its core work (the full cache's steps as measured).
-    bound = median([r["decode_tps"] * split(r)["step"] / split(r)["core"] for r in h2o])
+    bound = median([r["decode_tps"] * p["step"] / p["core"] for r, p in zip(h2o, parts["h2o"])])
+    share = {label: median([p["attention"] / p["step"] for p in ps]) for label, ps in parts.items()}
     lines.append("")
     lines.append(f"Had h2o's steps held only the products, attention without the hand-overs and the K/V writes "
                  f"(no score bookkeeping, chunk closes or per-step rest), it would decode {bound:.1f} t/s, "
                  f"{bound / fd:.2f}x the full cache: the most that making h2o's own bookkeeping free could give "
-                 f"here. Beyond it only faster products or attention raise the ratio, and faster attention raises "
-                 f"the full cache's rate more (its steps are more attention).\n")
+                 f"here. Attention is {100 * share['full']:.0f} % of the full cache's step and "
+                 f"{100 * share['h2o']:.0f} % of h2o's, so faster attention would raise the "
+                 f"{'full cache' if share['full'] > share['h2o'] else 'h2o'} run's rate more, and faster "
+                 f"products the {'h2o' if share['full'] > share['h2o'] else 'full cache'} run's.\n")
 
 
 def batched_section(name, rows, lines):
