@@ -461,10 +461,10 @@ def throughput_section(name, rows, lines):
                      f"at once and decodes {hd / fd:.2f}x the tokens per second of the full cache (which runs its "
                      f"{f0['sequences']} sequences {f0['concurrent']} at a time).\n")
         if all("decode_phases" in r for r in full + h2o):
-            equal_memory_phases(f0, full, h2o, fd, lines)
+            equal_memory_phases(full, h2o, fd, lines)
 
 
-def equal_memory_phases(f0, full, h2o, fd, lines):
+def equal_memory_phases(full, h2o, fd, lines):
     """Where the equal-memory runs' decode steps go (bench --phases), and the ratio h2o would reach if its
     steps held nothing but the work every cache does: the products, attention without the score hand-overs,
     and the K/V writes."""
@@ -491,14 +491,14 @@ def equal_memory_phases(f0, full, h2o, fd, lines):
     # Per h2o run: its rate if each step took only its core work (the full cache's steps as measured).
     bound = median([r["decode_tps"] * p["step"] / p["core"] for r, p in zip(h2o, parts["h2o"])])
     share = {label: median([p["attention"] / p["step"] for p in ps]) for label, ps in parts.items()}
+    more, less = ("full cache", "h2o") if share["full"] > share["h2o"] else ("h2o", "full cache")
     lines.append("")
     lines.append(f"Had h2o's steps held only the products, attention without the hand-overs and the K/V writes "
                  f"(no score bookkeeping, chunk closes or per-step rest), it would decode {bound:.1f} t/s, "
                  f"{bound / fd:.2f}x the full cache: the most that making h2o's own bookkeeping free could give "
                  f"here. Attention is {100 * share['full']:.0f} % of the full cache's step and "
-                 f"{100 * share['h2o']:.0f} % of h2o's, so faster attention would raise the "
-                 f"{'full cache' if share['full'] > share['h2o'] else 'h2o'} run's rate more, and faster "
-                 f"products the {'h2o' if share['full'] > share['h2o'] else 'full cache'} run's.\n")
+                 f"{100 * share['h2o']:.0f} % of h2o's, so faster attention would raise the {more} run's rate "
+                 f"more, and faster products the {less} run's.\n")
 
 
 def batched_section(name, rows, lines):
