@@ -1,5 +1,6 @@
 // Kernel micro-benchmarks: matmul weight bandwidth (GB/s of weights streamed) per weight type, ISA, shape and
-// thread count, prefill-style matmul throughput (GFLOP/s), attention over 1k / 8k slots of f32, f16 and q8_0
+// thread count, in the file's rows and packed as the model packs them, matmul throughput (GFLOP/s, two per
+// multiply-add), attention over 1k / 8k slots of f32, f16 and q8_0
 // K/V (one query head or a GQA group of three, with and without the fused H2O score bookkeeping), attention
 // over many caches from memory with the rows in order or scattered, and the
 // machine's measured peaks to compare them with: streaming-read bandwidth of a buffer far larger than the
@@ -7,6 +8,7 @@
 //
 //   ./bench_kernels_bench --benchmark_filter='peak|matmul/Q8_0/avx512/rows:16384'
 //   ./bench_kernels_bench --benchmark_filter='matmul/.*/n_tok:512'
+//   ./bench_kernels_bench --benchmark_filter='matmul_packed/Q4_K/avx512/.*/n_tok:16'   (the model's packed layout)
 //   ./bench_kernels_bench --benchmark_filter=attend
 //   ./bench_kernels_bench --benchmark_filter=attend_memory   (kept rows in order against scattered, from memory)
 #include <benchmark/benchmark.h>
@@ -73,8 +75,9 @@ std::vector<std::byte> random_weights(tensor_type type, int64_t rows, int64_t co
     return bytes;
 }
 
-// Args: rows, cols, n_tok, threads. Bytes processed = weight bytes streamed (once per call).
-void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa) {
+// Args: rows, cols, n_tok, threads. Bytes processed = weight bytes streamed (once per call). `packed`: the
+// matrix as the model multiplies it after kernels::packed_weights (16 rows interleaved, Q8_0 and Q4_K).
+void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa, bool packed) {
     if (!k::set_isa(isa)) {
         state.SkipWithError("ISA not supported by this CPU");
         return;
@@ -89,7 +92,16 @@ void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa) {
     const int saved_threads = omp_get_max_threads();
     omp_set_num_threads(static_cast<int>(state.range(3)));
     const std::vector<std::byte> w = random_weights(type, rows, cols);
-    const k::matrix_view view{type, w.data(), rows, cols, k::row_size(type, cols)};
+    k::packed_weights packed_copy;
+    k::matrix_view view{type, w.data(), rows, cols, k::row_size(type, cols)};
+    if (packed) {
+        view = packed_copy.pack(view);
+        if (view.layout == k::weight_layout::rows) {
+            state.SkipWithError("this type and shape are not packed");
+            omp_set_num_threads(saved_threads);
+            return;
+        }
+    }
     const std::vector<float> x = random_floats(static_cast<size_t>(n_tok * cols), 2);
     std::vector<float> y(static_cast<size_t>(n_tok * rows));
     for (auto _ : state) {
@@ -124,6 +136,27 @@ void matmul_args(benchmark::internal::Benchmark* b) {
     b->Unit(benchmark::kMicrosecond);
     b->UseRealTime();
 }
+
+// Packed matrices in cache (1024 x 2048 is 2.4 MB in Q4_K and 2.2 MB in Q8_0, in the L3 cache; SmolLM-135M's
+// 1536 x 576 FFN matrix in Q8_0 0.9 MB): the tiles' arithmetic for a decode step of 1, 4 or 16 sequences and
+// a prefill chunk of 64 tokens.
+void packed_args(benchmark::internal::Benchmark* b, bool with_576) {
+    for (int threads : {1, 2}) {
+        for (auto [rows, cols] : {std::pair{1024, 2048}, std::pair{1536, 576}}) {
+            if (cols == 576 && !with_576) continue;
+            for (int n_tok : {1, 4, 16, 64}) b->Args({rows, cols, n_tok, threads});
+        }
+    }
+    b->ArgNames({"rows", "cols", "n_tok", "threads"});
+    b->Unit(benchmark::kMicrosecond);
+    b->UseRealTime();
+}
+void q8_0_packed_args(benchmark::internal::Benchmark* b) {
+    packed_args(b, true);
+}
+void q4_k_packed_args(benchmark::internal::Benchmark* b) {
+    packed_args(b, false);
+}  // cols: blocks of 256
 
 // K/V rows of `type` (f32, f16 or q8_0) for attend: random normal values through quantize_row.
 std::vector<std::byte> random_kv(tensor_type type, int rows, int hd, uint32_t seed) {
@@ -380,8 +413,15 @@ void register_all() {
         for (const auto& [type, type_name] : types) {
             benchmark::RegisterBenchmark(
                 (std::string("matmul/") + type_name + "/" + isa_name).c_str(),
-                [type = type, isa = isa](benchmark::State& s) { matmul_bench(s, type, isa); })
+                [type = type, isa = isa](benchmark::State& s) { matmul_bench(s, type, isa, false); })
                 ->Apply(matmul_args);
+        }
+        for (const auto& [type, type_name] : types) {
+            if (type != tensor_type::q8_0 && type != tensor_type::q4_k) continue;
+            benchmark::RegisterBenchmark(
+                (std::string("matmul_packed/") + type_name + "/" + isa_name).c_str(),
+                [type = type, isa = isa](benchmark::State& s) { matmul_bench(s, type, isa, true); })
+                ->Apply(type == tensor_type::q8_0 ? q8_0_packed_args : q4_k_packed_args);
         }
         for (const auto& [type, type_name] : types) {
             if (!k::attend_supports(type, 64)) continue;

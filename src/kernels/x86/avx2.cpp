@@ -315,8 +315,10 @@ struct vi256 {
     H2OKV_AVX2 static freg fmul(freg a, freg b) { return _mm256_mul_ps(a, b); }
     H2OKV_AVX2 static freg ffma(freg a, freg b, freg c) { return _mm256_fmadd_ps(a, b, c); }
     H2OKV_AVX2 static void fstore(float* p, freg v) { _mm256_storeu_ps(p, v); }
-    // For q4_k_x16_tiles.h: 2 tokens (8 integer + 2 float accumulators of the 16 ymm registers).
+    // For q4_k_x16_tiles.h: half a group x 2 tokens (8 integer + 2 float accumulators of the 16 ymm
+    // registers).
     static constexpr int x16_tokens = 2;
+    static constexpr int x16_row_vectors = 1;
     H2OKV_AVX2 static ireg ibcast_value(int32_t v) { return _mm256_set1_epi32(v); }
     H2OKV_AVX2 static ireg iand(ireg a, ireg b) { return _mm256_and_si256(a, b); }
     H2OKV_AVX2 static ireg isrl4(ireg a) { return _mm256_srli_epi16(a, 4); }

@@ -217,9 +217,14 @@ struct vi512 {
     H2OKV_AVX512_VNNI static freg fmul(freg a, freg b) { return _mm512_mul_ps(a, b); }
     H2OKV_AVX512_VNNI static freg ffma(freg a, freg b, freg c) { return _mm512_fmadd_ps(a, b, c); }
     H2OKV_AVX512_VNNI static void fstore(float* p, freg v) { _mm512_storeu_ps(p, v); }
-    // For q4_k_x16_tiles.h: 6 tokens (24 integer + 6 float accumulators, with the weights, of the 32 zmm
-    // registers).
+    // For q4_k_x16_tiles.h: one group x 6 tokens (24 integer + 6 float accumulators, with the weights, of the
+    // 32 zmm registers) below 8 tokens and for a group left over; from 8 tokens on two groups x 3 tokens, so
+    // that each broadcast activation word feeds two vpdpbusd (the float accumulators spill at the block's
+    // end). TinyLlama's 16-token products, `bench_stream_bench tinyllama`: see docs/PERFORMANCE.md.
     static constexpr int x16_tokens = 6;
+    static constexpr int x16_row_vectors = 2;
+    static constexpr int x16_wide_tokens = 3;
+    static constexpr int x16_wide_from = 8;
     H2OKV_AVX512_VNNI static ireg ibcast_value(int32_t v) { return _mm512_set1_epi32(v); }
     H2OKV_AVX512_VNNI static ireg iand(ireg a, ireg b) { return _mm512_and_si512(a, b); }
     H2OKV_AVX512_VNNI static ireg isrl4(ireg a) { return _mm512_srli_epi16(a, 4); }

@@ -34,6 +34,7 @@
 #include "kernels/q8_0_x16.h"
 #include "kernels/ref/ref.h"
 #include "kernels/scratch.h"
+#include "kernels/x86/x16_groups.h"
 
 #ifndef H2OKV_Q8_TARGET
 #error "define H2OKV_Q8_TARGET before including kernels/x86/q8_0_tiles.h"
@@ -42,139 +43,81 @@
 namespace h2okv::kernels::x86 {
 namespace {
 
-// NT tokens of RV row vectors (V::lanes rows each): row vector r is the lanes of the group at rv[r].group
-// that start at lane rv[r].lane0 (x[t]: token t's blocks); y[t * y_stride + r * V::lanes + lane]. Each
-// token's activations are broadcast once per step and feed all RV row vectors, so a tile of more rows issues
-// fewer loads per product.
-// While it computes, the tile asks memory for `pf_step` bytes from `pf` per block (the next groups' share
-// that this tile fetches), so that the weights stream while the tiles of groups that sit in cache compute.
-struct q8_row_vector {
-    const std::byte* group;
-    int64_t lane0;
-};
+// The tiles of RV row vectors (V::lanes rows each), NT tokens per call (kernels/x86/x16_groups.h): row vector
+// r is the lanes of the group at rv[r].group that start at lane rv[r].lane0 (x[t]: token t's blocks); y[t *
+// y_stride + r * V::lanes + lane]. Each token's activations are broadcast once per step and feed all RV row
+// vectors, so a tile of more rows issues fewer loads per product. While it computes, the tile asks memory for
+// `pf_step` bytes from `pf` per block (the next groups' share that this tile fetches), so that the weights
+// stream while the tiles of groups that sit in cache compute.
+template <typename V, int RV>
+struct q8_0_x16_tiles {
+    static constexpr int64_t lanes = V::lanes;
+    static constexpr int row_vectors = RV;
 
-template <typename V, int NT, int RV>
-H2OKV_Q8_TARGET void q8_0_x16_tile(const q8_row_vector* rv, const detail::q8_0_act* const* x, int64_t nb,
-                                   float* y, int64_t y_stride, uintptr_t pf, size_t pf_step) {
-    using ireg = typename V::ireg;
-    using freg = typename V::freg;
-    constexpr int64_t G = detail::q8_0_x16_rows;
-    freg facc[RV][NT];
+    template <int NT>
+    H2OKV_Q8_TARGET static void tile(const x16_row_vector* rv, const detail::q8_0_act* const* x, int64_t nb,
+                                     float* y, int64_t y_stride, uintptr_t pf, size_t pf_step) {
+        using ireg = typename V::ireg;
+        using freg = typename V::freg;
+        constexpr int64_t G = detail::q8_0_x16_rows;
+        freg facc[RV][NT];
 #pragma GCC unroll 4
-    for (int r = 0; r < RV; ++r) {
+        for (int r = 0; r < RV; ++r) {
 #pragma GCC unroll 16
-        for (int t = 0; t < NT; ++t) facc[r][t] = V::fzero();
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-        const int32_t* qs[RV];
-#pragma GCC unroll 4
-        for (int r = 0; r < RV; ++r)
-            qs[r] = reinterpret_cast<const int32_t*>(rv[r].group +
-                                                     static_cast<size_t>(b) * detail::q8_0_x16_block_bytes +
-                                                     detail::q8_0_x16_qs_offset) +
-                    rv[r].lane0;
-        if (pf != 0) {
-            for (size_t o = 0; o < pf_step; o += 64)
-                __builtin_prefetch(reinterpret_cast<const void*>(pf + o));
-            pf += pf_step;
+            for (int t = 0; t < NT; ++t) facc[r][t] = V::fzero();
         }
-        ireg iacc[RV][NT];
-#pragma GCC unroll 16
-        for (int t = 0; t < NT; ++t) {
-            const ireg init = V::q8_init(x[t][b].bias);
-#pragma GCC unroll 4
-            for (int r = 0; r < RV; ++r) iacc[r][t] = init;
-        }
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; ++k) {
-            decltype(V::q8_weights(V::iload(qs[0]))) w[RV];
-#pragma GCC unroll 4
-            for (int r = 0; r < RV; ++r) w[r] = V::q8_weights(V::iload(qs[r] + k * G));
-#pragma GCC unroll 16
-            for (int t = 0; t < NT; ++t) {
-                const auto xb = V::ibcast(x[t][b].qs + 4 * k);
-#pragma GCC unroll 4
-                for (int r = 0; r < RV; ++r) iacc[r][t] = V::q8_dot(iacc[r][t], w[r], xb);
-            }
-        }
-        freg d[RV];
-#pragma GCC unroll 4
-        for (int r = 0; r < RV; ++r)
-            d[r] = V::f16_load(rv[r].group + static_cast<size_t>(b) * detail::q8_0_x16_block_bytes +
-                               detail::q8_0_x16_d_offset + 2 * rv[r].lane0);
-#pragma GCC unroll 16
-        for (int t = 0; t < NT; ++t) {
-            const freg xd = V::fbcast(x[t][b].d);
+        for (int64_t b = 0; b < nb; ++b) {
+            const int32_t* qs[RV];
 #pragma GCC unroll 4
             for (int r = 0; r < RV; ++r)
-                facc[r][t] = V::ffma(V::to_float(iacc[r][t]), V::fmul(d[r], xd), facc[r][t]);
-        }
-    }
+                qs[r] = reinterpret_cast<const int32_t*>(
+                            rv[r].group + static_cast<size_t>(b) * detail::q8_0_x16_block_bytes +
+                            detail::q8_0_x16_qs_offset) +
+                        rv[r].lane0;
+            if (pf != 0) {
+                for (size_t o = 0; o < pf_step; o += 64)
+                    __builtin_prefetch(reinterpret_cast<const void*>(pf + o));
+                pf += pf_step;
+            }
+            ireg iacc[RV][NT];
 #pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) {
+            for (int t = 0; t < NT; ++t) {
+                const ireg init = V::q8_init(x[t][b].bias);
 #pragma GCC unroll 4
-        for (int r = 0; r < RV; ++r) V::fstore(y + t * y_stride + r * V::lanes, facc[r][t]);
-    }
-}
-
-// A tile of nt (1..NT) tokens, chosen at run time.
-template <typename V, int NT, int RV>
-H2OKV_Q8_TARGET void q8_0_x16_tile_n(int nt, const q8_row_vector* rv, const detail::q8_0_act* const* x,
-                                     int64_t nb, float* y, int64_t y_stride, uintptr_t pf, size_t pf_step) {
-    if constexpr (NT > 1) {
-        if (nt < NT) {
-            q8_0_x16_tile_n<V, NT - 1, RV>(nt, rv, x, nb, y, y_stride, pf, pf_step);
-            return;
-        }
-    }
-    q8_0_x16_tile<V, NT, RV>(rv, x, nb, y, y_stride, pf, pf_step);
-}
-
-// Groups [g0, g1) of a packed matrix, GT groups at a time (the rows of a tile: GT groups of RV row vectors
-// each, GT * G == RV * V::lanes), token tiles of NT inside.
-template <typename V, int NT, int RV>
-H2OKV_Q8_TARGET void q8_0_x16_groups(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
-                                     int64_t g0, int64_t g1) {
-    constexpr int64_t G = detail::q8_0_x16_rows;
-    constexpr int64_t tile_rows = RV * V::lanes;
-    constexpr int64_t GT = tile_rows >= G ? tile_rows / G : 1;          // groups per tile
-    constexpr int64_t lane_tiles = tile_rows >= G ? 1 : G / tile_rows;  // tiles across a group's lanes
-    static_assert(tile_rows % G == 0 || G % tile_rows == 0);
-    assert((g1 - g0) % GT == 0);
-    const int64_t nb = w.cols / detail::q8_0_elems;
-    const size_t group_bytes = static_cast<size_t>(nb) * detail::q8_0_x16_block_bytes;
-    const size_t step_bytes = static_cast<size_t>(GT) * group_bytes;
-    // The fewest token tiles of at most NT tokens, their sizes differing by one at most (8 tokens in tiles of
-    // 6: 4 + 4, not 6 + 2).
-    const int token_tiles = (n_tok + NT - 1) / NT;
-    // The tiles of a step share the prefetch of the next step's groups evenly, block by block.
-    const int64_t tiles = token_tiles * lane_tiles;
-    const size_t pf_step =
-        (step_bytes + static_cast<size_t>(tiles * nb) - 1) / static_cast<size_t>(tiles * nb);
-    for (int64_t g = g0; g < g1; g += GT) {
-        const std::byte* group = w.data + static_cast<size_t>(g) * group_bytes;
-        // The next groups of the matrix, past the end of this run too (a thread takes its runs in order).
-        // An address, not a pointer: the last tile's share may reach a little past the matrix.
-        uintptr_t pf = g + GT < w.rows / G ? reinterpret_cast<uintptr_t>(group + step_bytes) : 0;
-        for (int tt = 0; tt < token_tiles; ++tt) {
-            const int t = tt * n_tok / token_tiles;
-            const int nt = (tt + 1) * n_tok / token_tiles - t;
-            const detail::q8_0_act* xt[NT];
-            for (int j = 0; j < nt; ++j) xt[j] = xq + (t + j) * nb;
-            for (int64_t lt = 0; lt < lane_tiles; ++lt) {
-                q8_row_vector rv[RV];
-                for (int r = 0; r < RV; ++r) {
-                    const int64_t row = lt * tile_rows + r * V::lanes;  // within the tile's first group
-                    rv[r] = {group + static_cast<size_t>(row / G) * group_bytes, row % G};
+                for (int r = 0; r < RV; ++r) iacc[r][t] = init;
+            }
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                decltype(V::q8_weights(V::iload(qs[0]))) w[RV];
+#pragma GCC unroll 4
+                for (int r = 0; r < RV; ++r) w[r] = V::q8_weights(V::iload(qs[r] + k * G));
+#pragma GCC unroll 16
+                for (int t = 0; t < NT; ++t) {
+                    const auto xb = V::ibcast(x[t][b].qs + 4 * k);
+#pragma GCC unroll 4
+                    for (int r = 0; r < RV; ++r) iacc[r][t] = V::q8_dot(iacc[r][t], w[r], xb);
                 }
-                q8_0_x16_tile_n<V, NT, RV>(nt, rv, xt, nb,
-                                           y + static_cast<int64_t>(t) * w.rows + g * G + lt * tile_rows,
-                                           w.rows, pf, pf_step);
-                if (pf != 0) pf += pf_step * static_cast<size_t>(nb);
+            }
+            freg d[RV];
+#pragma GCC unroll 4
+            for (int r = 0; r < RV; ++r)
+                d[r] = V::f16_load(rv[r].group + static_cast<size_t>(b) * detail::q8_0_x16_block_bytes +
+                                   detail::q8_0_x16_d_offset + 2 * rv[r].lane0);
+#pragma GCC unroll 16
+            for (int t = 0; t < NT; ++t) {
+                const freg xd = V::fbcast(x[t][b].d);
+#pragma GCC unroll 4
+                for (int r = 0; r < RV; ++r)
+                    facc[r][t] = V::ffma(V::to_float(iacc[r][t]), V::fmul(d[r], xd), facc[r][t]);
             }
         }
+#pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+#pragma GCC unroll 4
+            for (int r = 0; r < RV; ++r) V::fstore(y + t * y_stride + r * V::lanes, facc[r][t]);
+        }
     }
-}
+};
 
 // Rows [r0, r1) of a packed product. From V::q8_wide_from tokens on, tiles of V::q8_row_vectors row vectors
 // (their groups a run of whole tiles) and V::q8_tokens tokens, the groups left over one row vector at a time;
@@ -185,16 +128,18 @@ H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act*
                                    int64_t r0, int64_t r1) {
     constexpr int64_t G = detail::q8_0_x16_rows;
     constexpr int RV = V::q8_row_vectors;
+    static_assert(G == x16_group_rows);
     assert(r0 % G == 0 && r1 % G == 0);
+    const int64_t nb = w.cols / detail::q8_0_elems;
+    constexpr size_t bb = detail::q8_0_x16_block_bytes;
     const int64_t g0 = r0 / G, g1 = r1 / G;
     if constexpr (RV == 1) {
-        q8_0_x16_groups<V, V::q8_tokens, 1>(w, xq, n_tok, y, g0, g1);
+        x16_groups<q8_0_x16_tiles<V, 1>, V::q8_tokens>(w, nb, bb, xq, n_tok, y, g0, g1);
     } else {
-        static_assert(RV * V::lanes % G == 0);
-        constexpr int64_t GT = RV * V::lanes / G;
-        const int64_t g_mid = n_tok >= V::q8_wide_from ? g0 + (g1 - g0) / GT * GT : g0;
-        if (g_mid > g0) q8_0_x16_groups<V, V::q8_tokens, RV>(w, xq, n_tok, y, g0, g_mid);
-        if (g1 > g_mid) q8_0_x16_groups<V, V::q8_tokens_one_vector, 1>(w, xq, n_tok, y, g_mid, g1);
+        const int64_t g_mid = x16_wide_end<q8_0_x16_tiles<V, RV>>(g0, g1, n_tok >= V::q8_wide_from);
+        if (g_mid > g0) x16_groups<q8_0_x16_tiles<V, RV>, V::q8_tokens>(w, nb, bb, xq, n_tok, y, g0, g_mid);
+        if (g1 > g_mid)
+            x16_groups<q8_0_x16_tiles<V, 1>, V::q8_tokens_one_vector>(w, nb, bb, xq, n_tok, y, g_mid, g1);
     }
 }
 
