@@ -85,7 +85,7 @@ void matmul_bench(benchmark::State& state, tensor_type type, k::isa isa, bool pa
     const int64_t rows = state.range(0);
     const int64_t cols = state.range(1);
     if (k::row_size(type, cols) == 0) {
-        state.SkipWithError("rows are not a whole number of this type's blocks");
+        state.SkipWithError("cols are not a whole number of this type's blocks");
         return;
     }
     const int n_tok = static_cast<int>(state.range(2));
