@@ -155,8 +155,8 @@ void q8_0_packed_args(benchmark::internal::Benchmark* b) {
     packed_args(b, true);
 }
 void q4_k_packed_args(benchmark::internal::Benchmark* b) {
-    packed_args(b, false);
-}  // cols: blocks of 256
+    packed_args(b, false);  // Q4_K rows are whole blocks of 256 columns: not 576
+}
 
 // K/V rows of `type` (f32, f16 or q8_0) for attend: random normal values through quantize_row.
 std::vector<std::byte> random_kv(tensor_type type, int rows, int hd, uint32_t seed) {

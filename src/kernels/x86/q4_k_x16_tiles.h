@@ -146,21 +146,16 @@ struct q4_k_x16_tiles {
 template <typename V>
 H2OKV_KQ_TARGET void q4_k_x16_rows(const matrix_view& w, const detail::q8k_block* xq, int n_tok, float* y,
                                    int64_t r0, int64_t r1) {
-    constexpr int64_t G = detail::q4_k_x16_rows;
+    static_assert(detail::q4_k_x16_rows == x16_group_rows);
     constexpr int RV = V::x16_row_vectors;
-    static_assert(G == x16_group_rows);
-    assert(r0 % G == 0 && r1 % G == 0);
     const int64_t nb = w.cols / detail::q8k_elems;
     constexpr size_t bb = detail::q4_k_x16_block_bytes;
-    const int64_t g0 = r0 / G, g1 = r1 / G;
-    constexpr int NT = V::x16_tokens;
+    using one = q4_k_x16_tiles<V, 1>;
     if constexpr (RV == 1) {
-        x16_groups<q4_k_x16_tiles<V, 1>, NT>(w, nb, bb, xq, n_tok, y, g0, g1);
+        x16_rows<one, V::x16_tokens, one, V::x16_tokens>(w, nb, bb, xq, n_tok, y, r0, r1, false);
     } else {
-        const int64_t g_mid = x16_wide_end<q4_k_x16_tiles<V, RV>>(g0, g1, n_tok >= V::x16_wide_from);
-        if (g_mid > g0)
-            x16_groups<q4_k_x16_tiles<V, RV>, V::x16_wide_tokens>(w, nb, bb, xq, n_tok, y, g0, g_mid);
-        if (g1 > g_mid) x16_groups<q4_k_x16_tiles<V, 1>, NT>(w, nb, bb, xq, n_tok, y, g_mid, g1);
+        x16_rows<q4_k_x16_tiles<V, RV>, V::x16_wide_tokens, one, V::x16_tokens>(
+            w, nb, bb, xq, n_tok, y, r0, r1, n_tok >= V::x16_wide_from);
     }
 }
 

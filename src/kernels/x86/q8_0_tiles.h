@@ -126,20 +126,16 @@ struct q8_0_x16_tiles {
 template <typename V>
 H2OKV_Q8_TARGET void q8_0_x16_rows(const matrix_view& w, const detail::q8_0_act* xq, int n_tok, float* y,
                                    int64_t r0, int64_t r1) {
-    constexpr int64_t G = detail::q8_0_x16_rows;
+    static_assert(detail::q8_0_x16_rows == x16_group_rows);
     constexpr int RV = V::q8_row_vectors;
-    static_assert(G == x16_group_rows);
-    assert(r0 % G == 0 && r1 % G == 0);
     const int64_t nb = w.cols / detail::q8_0_elems;
     constexpr size_t bb = detail::q8_0_x16_block_bytes;
-    const int64_t g0 = r0 / G, g1 = r1 / G;
+    using one = q8_0_x16_tiles<V, 1>;
     if constexpr (RV == 1) {
-        x16_groups<q8_0_x16_tiles<V, 1>, V::q8_tokens>(w, nb, bb, xq, n_tok, y, g0, g1);
+        x16_rows<one, V::q8_tokens, one, V::q8_tokens>(w, nb, bb, xq, n_tok, y, r0, r1, false);
     } else {
-        const int64_t g_mid = x16_wide_end<q8_0_x16_tiles<V, RV>>(g0, g1, n_tok >= V::q8_wide_from);
-        if (g_mid > g0) x16_groups<q8_0_x16_tiles<V, RV>, V::q8_tokens>(w, nb, bb, xq, n_tok, y, g0, g_mid);
-        if (g1 > g_mid)
-            x16_groups<q8_0_x16_tiles<V, 1>, V::q8_tokens_one_vector>(w, nb, bb, xq, n_tok, y, g_mid, g1);
+        x16_rows<q8_0_x16_tiles<V, RV>, V::q8_tokens, one, V::q8_tokens_one_vector>(
+            w, nb, bb, xq, n_tok, y, r0, r1, n_tok >= V::q8_wide_from);
     }
 }
 

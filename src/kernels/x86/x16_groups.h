@@ -89,13 +89,22 @@ void x16_groups(const matrix_view& w, int64_t nb, size_t block_bytes, const Act*
     }
 }
 
-// Where the tiles of Tiles (GT = row_vectors * lanes / 16 groups each) end in groups [g0, g1): at the last
-// whole step when `wide`, else at g0; the groups from there on take the one-vector tiles.
-template <typename Tiles>
-int64_t x16_wide_end(int64_t g0, int64_t g1, bool wide) {
-    static_assert(Tiles::row_vectors * Tiles::lanes % x16_group_rows == 0);
-    constexpr int64_t GT = Tiles::row_vectors * Tiles::lanes / x16_group_rows;
-    return wide ? g0 + (g1 - g0) / GT * GT : g0;
+// Rows [r0, r1) (whole groups) of a packed product. When `wide`, the groups that make whole steps of Wide
+// take its tiles (NTW tokens each); the groups left over, and every group when not `wide`, take One's (NT1
+// tokens each).
+template <typename Wide, int NTW, typename One, int NT1, typename Act>
+void x16_rows(const matrix_view& w, int64_t nb, size_t block_bytes, const Act* xq, int n_tok, float* y,
+              int64_t r0, int64_t r1, bool wide) {
+    constexpr int64_t G = x16_group_rows;
+    assert(r0 % G == 0 && r1 % G == 0);
+    const int64_t g0 = r0 / G, g1 = r1 / G;
+    int64_t g_mid = g0;
+    if (wide) {
+        constexpr int64_t GT = std::max<int64_t>(1, Wide::row_vectors * Wide::lanes / G);
+        g_mid = g0 + (g1 - g0) / GT * GT;
+        if (g_mid > g0) x16_groups<Wide, NTW>(w, nb, block_bytes, xq, n_tok, y, g0, g_mid);
+    }
+    if (g1 > g_mid) x16_groups<One, NT1>(w, nb, block_bytes, xq, n_tok, y, g_mid, g1);
 }
 
 }  // namespace
